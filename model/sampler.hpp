@@ -1,0 +1,31 @@
+#pragma once
+// Token selection from logits: greedy (temperature 0), or temperature with
+// optional top-k and top-p (nucleus) filtering, from a seeded generator so runs
+// are reproducible.
+#include <cstdint>
+#include <random>
+#include <span>
+
+namespace specpipe {
+
+struct sampling_params {
+  float temperature = 0.8f;  // 0 = greedy
+  float top_p = 1.0f;        // (0, 1]
+  std::int32_t top_k = 0;    // 0 = off
+  std::uint64_t seed = 0;
+
+  // Throws std::invalid_argument naming the field when out of range.
+  void validate() const;
+};
+
+class sampler {
+ public:
+  explicit sampler(const sampling_params& p);
+  std::int32_t sample(std::span<const float> logits);
+
+ private:
+  sampling_params params_;
+  std::mt19937_64 rng_;
+};
+
+}  // namespace specpipe
