@@ -1,0 +1,82 @@
+#include "apps/cli_support.hpp"
+
+#include <cstdlib>
+#include <iostream>
+
+#include "model/model_error.hpp"
+
+namespace specpipe::apps {
+
+bool parse_flags(int argc, char** argv, const po::options_description& desc, po::variables_map& vm,
+                 const char* usage_line) {
+  try {
+    po::store(po::command_line_parser(argc, argv).options(desc).run(), vm);
+    if (vm.count("help")) {
+      std::cout << usage_line << "\n\n" << desc << "\n";
+      return false;
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw usage_error(e.what());
+  }
+  return true;
+}
+
+std::filesystem::path resolve_model_dir(const std::string& flag) {
+  if (!flag.empty()) return flag;
+  if (const char* env = std::getenv("SPECPIPE_MODEL"); env && *env) return env;
+  namespace fs = std::filesystem;
+  const fs::path compiled = SPECPIPE_DEFAULT_MODEL_DIR;
+  std::error_code ec;
+  if (fs::is_directory(compiled, ec)) return compiled;
+  // A binary moved elsewhere: look for models/default above the executable.
+  fs::path dir = fs::read_symlink("/proc/self/exe", ec).parent_path();
+  for (int up = 0; up < 4 && !dir.empty(); ++up, dir = dir.parent_path())
+    if (fs::is_directory(dir / "models" / "default", ec)) return dir / "models" / "default";
+  return compiled;
+}
+
+std::vector<long long> parse_int_list(const std::string& flag, const std::string& text) {
+  std::vector<long long> out;
+  std::size_t pos = 0;
+  while (pos <= text.size()) {
+    const std::size_t comma = text.find(',', pos);
+    std::string item = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    long long mult = 1;
+    if (!item.empty() && (item.back() == 'k' || item.back() == 'K')) {
+      mult = 1024;
+      item.pop_back();
+    }
+    std::size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (item.empty() || used != item.size() || v <= 0)
+      throw usage_error("--" + flag + ": '" + text + "' is not a list of positive integers");
+    out.push_back(v * mult);
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return out;
+}
+
+int guarded(const char* command, int (*body)(int, char**), int argc, char** argv) {
+  try {
+    return body(argc, argv);
+  } catch (const usage_error& e) {
+    std::cerr << "specpipe " << command << ": error: " << e.what() << "\n"
+              << "(see 'specpipe " << command << " --help')\n";
+    return 2;
+  } catch (const model_error& e) {
+    std::cerr << "specpipe " << command << ": model error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "specpipe " << command << ": error: " << e.what() << "\n";
+    return 1;
+  }
+}
+
+}  // namespace specpipe::apps

@@ -1,0 +1,36 @@
+#pragma once
+// Small pieces every subcommand shares: flag parsing with readable errors,
+// the default model directory, and list-valued flags ("1,8,32").
+#include <boost/program_options.hpp>
+
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace specpipe::apps {
+
+namespace po = boost::program_options;
+
+// A bad flag or flag value; reported as "specpipe CMD: error: ..." with exit 2.
+class usage_error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Parses argv (argv[0] is the subcommand) into vm; --help prints `desc` and
+// returns false. Throws usage_error on unknown flags or bad values.
+bool parse_flags(int argc, char** argv, const po::options_description& desc, po::variables_map& vm,
+                 const char* usage_line);
+
+// --model, else $SPECPIPE_MODEL, else the embedded default (models/default in
+// the source tree, or beside the executable).
+std::filesystem::path resolve_model_dir(const std::string& flag);
+
+// "4096,32768" -> {4096, 32768}; accepts k/K suffixes ("32k"). Throws usage_error.
+std::vector<long long> parse_int_list(const std::string& flag, const std::string& text);
+
+// Runs `body`, mapping exceptions to the exit codes documented in commands.hpp.
+int guarded(const char* command, int (*body)(int, char**), int argc, char** argv);
+
+}  // namespace specpipe::apps

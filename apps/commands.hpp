@@ -1,0 +1,9 @@
+#pragma once
+// The `specpipe` subcommands. Each parses its own flags and returns the
+// process exit code: 0 success, 1 runtime failure (bad model, bad input),
+// 2 usage error (bad flags).
+namespace specpipe::apps {
+
+int run_generate(int argc, char** argv);
+
+}  // namespace specpipe::apps

@@ -1,0 +1,114 @@
+// `specpipe generate`: load a model, prefill a prompt, stream the continuation.
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "apps/cli_support.hpp"
+#include "apps/commands.hpp"
+#include "model/forward.hpp"
+#include "model/generator.hpp"
+#include "model/model.hpp"
+
+namespace specpipe::apps {
+namespace {
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw usage_error("--prompt-file: cannot open '" + path + "'");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+int generate_main(int argc, char** argv) {
+  po::options_description desc("specpipe generate flags");
+  std::string model_flag, prompt, prompt_file, device = "cpu";
+  std::vector<std::string> stop;
+  int max_tokens = 64, threads = 0, top_k = 0;
+  float temperature = 0.8f, top_p = 1.0f;
+  unsigned long long seed = 0;
+  long long context = 0;
+  desc.add_options()
+    ("help,h", "show this help")
+    ("model,m", po::value(&model_flag), "Hugging Face checkpoint directory (default: the embedded model)")
+    ("prompt,p", po::value(&prompt), "prompt text")
+    ("prompt-file", po::value(&prompt_file), "read the prompt from a file")
+    ("max-tokens,n", po::value(&max_tokens)->default_value(64), "tokens to generate at most")
+    ("temperature,t", po::value(&temperature)->default_value(0.8f), "sampling temperature; 0 = greedy")
+    ("top-p", po::value(&top_p)->default_value(1.0f), "nucleus sampling mass, in (0, 1]")
+    ("top-k", po::value(&top_k)->default_value(0), "keep the k most likely tokens; 0 = off")
+    ("seed", po::value(&seed)->default_value(0), "random seed for sampling")
+    ("stop", po::value(&stop)->composing(), "stop string (repeatable); not printed")
+    ("ignore-eos", "keep generating past the end-of-sequence token")
+    ("no-bos", "do not prepend the BOS token")
+    ("context", po::value(&context)->default_value(0), "context length in tokens (default: the model's)")
+    ("device", po::value(&device)->default_value("cpu"), "cpu or cuda")
+    ("threads", po::value(&threads)->default_value(0), "CPU threads; 0 = all cores");
+  po::variables_map vm;
+  if (!parse_flags(argc, argv, desc, vm, "usage: specpipe generate [--model DIR] --prompt TEXT [flags]"))
+    return 0;
+
+  if (device != "cpu" && device != "cuda")
+    throw usage_error("--device: '" + device + "' is not one of cpu, cuda");
+  if (device == "cuda")
+    throw usage_error("--device cuda: this build runs the forward pass on the CPU backend only "
+                      "(use --device cpu)");
+  if (max_tokens < 0) throw usage_error("--max-tokens: must be >= 0, got " + std::to_string(max_tokens));
+  if (threads < 0) throw usage_error("--threads: must be >= 0, got " + std::to_string(threads));
+  if (context < 0) throw usage_error("--context: must be >= 0, got " + std::to_string(context));
+  if (vm.count("prompt") && vm.count("prompt-file"))
+    throw usage_error("--prompt and --prompt-file are exclusive");
+  if (vm.count("prompt-file")) prompt = read_file(prompt_file);
+  else if (!vm.count("prompt")) throw usage_error("--prompt (or --prompt-file) is required");
+
+  sampling_params sp{temperature, top_p, top_k, seed};
+  try {
+    sp.validate();
+  } catch (const std::invalid_argument& e) {
+    throw usage_error(std::string("--") + e.what());
+  }
+
+  const auto dir = resolve_model_dir(model_flag);
+  model m = model::load(dir);
+  const std::int64_t max_context = context > 0 ? context : m.config.max_position_embeddings;
+  if (context > m.config.max_position_embeddings)
+    throw usage_error("--context: " + std::to_string(context) + " exceeds the model's " +
+                      std::to_string(m.config.max_position_embeddings) + " positions");
+
+  generation_request req;
+  req.prompt = m.tok.encode(prompt, !vm.count("no-bos") && m.tok.add_bos_default());
+  req.max_tokens = max_tokens;
+  req.sampling = sp;
+  req.stop = stop;
+  req.ignore_eos = vm.count("ignore-eos") > 0;
+  if (std::int64_t(req.prompt.size()) > max_context)
+    throw std::invalid_argument("prompt: " + std::to_string(req.prompt.size()) +
+                                " tokens exceed the context of " + std::to_string(max_context) +
+                                " tokens");
+
+  std::vector<std::int32_t> eos = m.tok.eos_ids();
+  eos.insert(eos.end(), m.config.eos_token_ids.begin(), m.config.eos_token_ids.end());
+
+  cpu_forward fwd(m.config, m.weights, threads);
+  auto cache = make_full_cache(m.config, max_context, &fwd.pool());
+
+  std::cout << prompt << std::flush;
+  const auto res = generate(fwd, *cache, m.tok, eos, req, max_context, [](std::string_view d) {
+    std::cout << d << std::flush;
+  });
+  std::cout << "\n";
+
+  const double pre_tps = res.prefill_seconds > 0 ? double(res.prompt_tokens) / res.prefill_seconds : 0;
+  const double dec_tps = res.decode_seconds > 0 ? double(res.decode_forwards) / res.decode_seconds : 0;
+  std::fprintf(stderr,
+               "[prompt %lld tokens, %.1f tok/s | decode %zu tokens, %.1f tok/s | finish: %s | %s, %s]\n",
+               static_cast<long long>(res.prompt_tokens), pre_tps, res.tokens.size(), dec_tps,
+               res.finish_reason.c_str(), dir.filename().string().c_str(), device.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int run_generate(int argc, char** argv) { return guarded("generate", generate_main, argc, argv); }
+
+}  // namespace specpipe::apps

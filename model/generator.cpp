@@ -1,0 +1,117 @@
+#include "model/generator.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <stdexcept>
+
+namespace specpipe {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double seconds_since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+// Number of bytes at the end of `s` that form an incomplete UTF-8 sequence.
+std::size_t incomplete_utf8_tail(std::string_view s) {
+  const std::size_t n = s.size();
+  for (std::size_t back = 1; back <= 4 && back <= n; ++back) {
+    const auto c = static_cast<unsigned char>(s[n - back]);
+    if ((c & 0xC0) == 0x80) continue;  // continuation byte: keep looking for the lead
+    std::size_t need = 1;
+    if ((c & 0xE0) == 0xC0) need = 2;
+    else if ((c & 0xF0) == 0xE0) need = 3;
+    else if ((c & 0xF8) == 0xF0) need = 4;
+    return need > back ? back : 0;
+  }
+  return 0;
+}
+
+// Position of the earliest stop string in text, or npos.
+std::size_t find_stop(std::string_view text, const std::vector<std::string>& stop) {
+  std::size_t best = std::string_view::npos;
+  for (const auto& s : stop) {
+    if (s.empty()) continue;
+    best = std::min(best, text.find(s));
+  }
+  return best;
+}
+
+}  // namespace
+
+std::size_t stream_safe_prefix(std::string_view text, const std::vector<std::string>& stop) {
+  std::size_t safe = text.size() - incomplete_utf8_tail(text);
+  for (const auto& s : stop) {
+    // Hold back the longest suffix of text that is a proper prefix of s.
+    for (std::size_t k = std::min(s.size() - (s.empty() ? 0 : 1), text.size()); k > 0; --k) {
+      if (text.substr(text.size() - k) == std::string_view(s).substr(0, k)) {
+        safe = std::min(safe, text.size() - k);
+        break;
+      }
+    }
+  }
+  return safe;
+}
+
+generation_result generate(cpu_forward& fwd, cache_policy& cache, const tokenizer& tok,
+                           const std::vector<std::int32_t>& eos_ids, const generation_request& req,
+                           std::int64_t max_context, const text_sink& on_text) {
+  const auto& cfg = fwd.config();
+  if (req.prompt.empty()) throw std::invalid_argument("prompt: is empty (nothing to condition on)");
+  for (std::size_t i = 0; i < req.prompt.size(); ++i)
+    if (req.prompt[i] < 0 || req.prompt[i] >= cfg.vocab_size)
+      throw std::invalid_argument("prompt: token " + std::to_string(i) + " has id " +
+                                  std::to_string(req.prompt[i]) + ", outside the vocabulary of " +
+                                  std::to_string(cfg.vocab_size));
+  if (std::int64_t(req.prompt.size()) + cache.length(0) > max_context)
+    throw std::invalid_argument("prompt: " + std::to_string(req.prompt.size()) +
+                                " tokens do not fit the context of " + std::to_string(max_context) +
+                                " tokens");
+  if (req.max_tokens < 0) throw std::invalid_argument("max_tokens: must be >= 0");
+  req.sampling.validate();
+
+  generation_result res;
+  res.prompt_tokens = std::int64_t(req.prompt.size());
+  std::vector<float> logits(std::size_t(cfg.vocab_size));
+  sampler pick(req.sampling);
+
+  auto t0 = clock_type::now();
+  fwd.forward(req.prompt, cache, logits);
+  res.prefill_seconds = seconds_since(t0);
+
+  std::size_t shown = 0;  // bytes of res.text already streamed
+  auto t1 = clock_type::now();
+  res.finish_reason = "length";
+  for (std::int32_t step = 0; step < req.max_tokens; ++step) {
+    const std::int32_t next = pick.sample(logits);
+    if (!req.ignore_eos && std::find(eos_ids.begin(), eos_ids.end(), next) != eos_ids.end()) {
+      res.finish_reason = "stop";
+      break;
+    }
+    res.tokens.push_back(next);
+    res.text = tok.decode(res.tokens);
+    if (const auto at = find_stop(res.text, req.stop); at != std::string::npos) {
+      res.text.resize(at);
+      res.finish_reason = "stop";
+      break;
+    }
+    if (on_text) {
+      const std::size_t safe = stream_safe_prefix(res.text, req.stop);
+      if (safe > shown) {
+        on_text(std::string_view(res.text).substr(shown, safe - shown));
+        shown = safe;
+      }
+    }
+    if (step + 1 == req.max_tokens) break;
+    if (cache.length(0) >= max_context) break;  // context full: finish with "length"
+    const std::int32_t one[1] = {next};
+    fwd.forward(one, cache, logits);
+    ++res.decode_forwards;
+  }
+  res.decode_seconds = seconds_since(t1);
+  if (on_text && res.text.size() > shown) on_text(std::string_view(res.text).substr(shown));
+  return res;
+}
+
+}  // namespace specpipe

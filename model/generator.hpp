@@ -1,0 +1,51 @@
+#pragma once
+// The decode loop for one sequence: prefill the prompt, then sample token by
+// token until EOS, a stop string or the token limit. Text is streamed in
+// deltas that never split a UTF-8 character and never show text that may
+// still turn out to be the start of a stop string.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "model/cache_policy.hpp"
+#include "model/forward.hpp"
+#include "model/sampler.hpp"
+#include "model/tokenizer.hpp"
+
+namespace specpipe {
+
+struct generation_request {
+  std::vector<std::int32_t> prompt;
+  std::int32_t max_tokens = 128;
+  sampling_params sampling;
+  std::vector<std::string> stop;  // stop strings; not included in the output
+  bool ignore_eos = false;
+};
+
+struct generation_result {
+  std::vector<std::int32_t> tokens;  // generated ids (EOS excluded)
+  std::string text;
+  std::string finish_reason;  // "stop" (EOS or stop string) or "length"
+  std::int64_t prompt_tokens = 0;
+  double prefill_seconds = 0;
+  double decode_seconds = 0;        // from the first sampled token to the last
+  std::int64_t decode_forwards = 0;  // single-token forward passes in decode_seconds
+};
+
+// Called with each new piece of text, in order; concatenated they equal
+// result.text.
+using text_sink = std::function<void(std::string_view delta)>;
+
+// Validates the request against the model (empty prompt, token ids, prompt
+// longer than max_context) and throws std::invalid_argument naming the field.
+generation_result generate(cpu_forward& fwd, cache_policy& cache, const tokenizer& tok,
+                           const std::vector<std::int32_t>& eos_ids, const generation_request& req,
+                           std::int64_t max_context, const text_sink& on_text = {});
+
+// Length of the longest prefix of `text` that is safe to show: complete UTF-8
+// characters only, and no suffix that could begin one of `stop`.
+std::size_t stream_safe_prefix(std::string_view text, const std::vector<std::string>& stop);
+
+}  // namespace specpipe
