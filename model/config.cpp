@@ -1,6 +1,7 @@
 #include "model/config.hpp"
 
 #include <boost/json.hpp>
+#include <charconv>
 #include <cmath>
 #include <fstream>
 #include <numbers>
@@ -35,6 +36,12 @@ class field_reader {
   }
 
   static std::string found(const json::value& v) {
+    // Boost.JSON prints 32.5 as 3.25E1; users wrote 32.5.
+    if (v.is_double()) {
+      char buf[32];
+      const auto r = std::to_chars(buf, buf + sizeof buf, v.get_double());
+      return std::string(buf, r.ptr);
+    }
     std::string s = json::serialize(v);
     if (s.size() > 60) s = s.substr(0, 57) + "...";
     return s;
@@ -187,6 +194,8 @@ model_config parse_model_config(const std::string& json_text, const std::filesys
 
   // Architecture: model_type, or the architectures list when it is absent.
   c.model_type = r.optional_string("model_type", "");
+  if (!c.model_type.empty() && c.model_type != "llama" && c.model_type != "mistral")
+    r.fail("model_type", "unsupported model type \"" + c.model_type + "\" (supported: llama, mistral)");
   if (const json::value* arch = r.find("architectures")) {
     if (!arch->is_array() || arch->get_array().empty() || !arch->get_array()[0].is_string())
       r.fail("architectures", "expected a list of class names, found " + field_reader::found(*arch));
@@ -199,9 +208,8 @@ model_config parse_model_config(const std::string& json_text, const std::filesys
     else if (c.model_type != implied)
       r.fail("architectures", "\"" + a + "\" does not match model_type \"" + c.model_type + "\"");
   }
-  if (c.model_type.empty()) r.fail("model_type", "missing (expected \"llama\" or \"mistral\")");
-  if (c.model_type != "llama" && c.model_type != "mistral")
-    r.fail("model_type", "unsupported model type \"" + c.model_type + "\" (supported: llama, mistral)");
+  if (c.model_type.empty())
+    r.fail("model_type", "missing, and no architectures either (expected \"llama\" or \"mistral\")");
 
   c.vocab_size = r.required_positive("vocab_size");
   c.hidden_size = r.required_positive("hidden_size");

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <boost/json.hpp>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <fstream>
 #include <set>
@@ -31,6 +32,12 @@ std::string shape_text(const std::vector<std::int64_t>& shape) {
 }
 
 std::string short_json(const json::value& v) {
+  // Boost.JSON prints 2.5 as 2.5E0; show numbers as they were written.
+  if (v.is_double()) {
+    char buf[32];
+    const auto r = std::to_chars(buf, buf + sizeof buf, v.get_double());
+    return std::string(buf, r.ptr);
+  }
   std::string s = json::serialize(v);
   if (s.size() > 60) s = s.substr(0, 57) + "...";
   return s;
@@ -228,20 +235,28 @@ safetensors_file::safetensors_file(const std::filesystem::path& path) : path_(pa
                               "] overlap tensor " + order[i - 1]->entry.name + " at [" +
                               std::to_string(order[i - 1]->begin) + ", " + std::to_string(order[i - 1]->end) + "]");
 
-    // Writers pad the header so data starts 8-byte aligned; a file that does
-    // not is still valid, so its data section is copied to aligned memory
-    // rather than handing out misaligned float pointers.
+    // The reference writer pads the header so the data section starts
+    // 8-byte aligned and orders tensors so each stays aligned. A file that
+    // does not is still valid: its misaligned tensors are copied to aligned
+    // memory rather than handing out misaligned float pointers.
     const std::byte* data = bytes + data_start;
-    const bool misaligned = std::any_of(entries.begin(), entries.end(), [&](const parsed_entry& e) {
+    auto misaligned = [&](const parsed_entry& e) {
       return std::uintptr_t(data + e.begin) % dtype_size(e.entry.type) != 0;
-    });
-    if (misaligned && data_bytes > 0) {
-      aligned_copy_.resize(std::size_t((data_bytes + 7) / 8));
-      std::memcpy(aligned_copy_.data(), data, std::size_t(data_bytes));
-      data = reinterpret_cast<const std::byte*>(aligned_copy_.data());
-    }
+    };
+    std::size_t copy_words = 0;
+    for (const auto& e : entries)
+      if (misaligned(e)) copy_words += (e.entry.bytes + 7) / 8;
+    aligned_copy_.resize(copy_words);
+    std::size_t next_word = 0;
     for (auto& e : entries) {
-      e.entry.data = data + e.begin;
+      if (misaligned(e)) {
+        auto* dst = reinterpret_cast<std::byte*>(aligned_copy_.data() + next_word);
+        std::memcpy(dst, data + e.begin, e.entry.bytes);
+        e.entry.data = dst;
+        next_word += (e.entry.bytes + 7) / 8;
+      } else {
+        e.entry.data = data + e.begin;
+      }
       tensors_.emplace(e.entry.name, std::move(e.entry));
     }
   } catch (...) {

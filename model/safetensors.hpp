@@ -42,8 +42,8 @@ class safetensors_file {
   std::filesystem::path path_;
   void* map_ = nullptr;
   std::size_t map_bytes_ = 0;
-  // The data section, copied only when the file's layout would leave a
-  // tensor misaligned for its dtype (writers normally pad the header to 8).
+  // Aligned copies of the tensors that the file's layout leaves misaligned
+  // for their dtype; empty for files written by the reference writer.
   std::vector<std::uint64_t> aligned_copy_;
   std::map<std::string, tensor_entry> tensors_;
   std::map<std::string, std::string> metadata_;
