@@ -142,6 +142,28 @@ TEST(config, accepts_rope_parameters_form) {
   EXPECT_DOUBLE_EQ(d.rope.theta, 123.0);  // top-level theta when the object has none
 }
 
+// What transformers 5 writes for the llama3 fixture's config: rope_theta moves
+// into rope_parameters. It must give the fixture's frequencies exactly.
+TEST(config, transformers5_config_matches_the_transformers4_fixture) {
+  const model_config v5 = parse_model_config(R"({
+    "attention_bias": false, "attention_dropout": 0.0, "bos_token_id": 1, "eos_token_id": 2,
+    "head_dim": 16, "hidden_act": "silu", "hidden_size": 64, "initializer_range": 0.02,
+    "intermediate_size": 160, "max_position_embeddings": 2048, "mlp_bias": false,
+    "model_type": "llama", "num_attention_heads": 4, "num_hidden_layers": 2,
+    "num_key_value_heads": 2, "pad_token_id": null, "pretraining_tp": 1, "rms_norm_eps": 1e-06,
+    "rope_parameters": {"factor": 8.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+      "original_max_position_embeddings": 64, "rope_theta": 500000.0, "rope_type": "llama3"},
+    "tie_word_embeddings": true, "transformers_version": "5.24.0", "use_cache": true,
+    "vocab_size": 384})",
+                                             origin);
+  const model_config v4 = load_model_config(hf_dir / "llama3" / "config.json");
+  EXPECT_EQ(v5.rope.type, "llama3");
+  EXPECT_EQ(v5.rope.original_max_position_embeddings, 64);
+  EXPECT_EQ(rope_inv_freq(v5), rope_inv_freq(v4));
+  EXPECT_EQ(v5.q_dim(), v4.q_dim());
+  EXPECT_EQ(v5.kv_dim(), v4.kv_dim());
+}
+
 TEST(config, applies_defaults_for_null_and_absent_fields) {
   const model_config c = parse_model_config(
       R"({"architectures": ["MistralForCausalLM"], "vocab_size": 10, "hidden_size": 64,
