@@ -30,6 +30,8 @@ with the texts
   (ordinary language-model loss), ROLE_KEY (the first statement of the key,
   which cannot be predicted: no loss) and ROLE_ANSWER (the answer tokens, which
   the trainer weights up).
+* An evaluation sample of length L has ``len(prompt) = L - len(answer) - 1``,
+  so that prompt, answer and one more token fit in L positions.
 * Scoring: decode greedily at least ``len(answer)`` tokens after the prompt;
   the sample is correct when the decoded text, with leading whitespace
   removed, starts with the key and the next character (if any) is not a
@@ -188,12 +190,12 @@ class EvalSample:
 
 def eval_sample(enc: PasskeyEncoder, haystack: Haystack, length: int, depth_index: int,
                 depth: float, index: int, seed: int, digits: int = 5) -> EvalSample:
-    """Sample `index` of the evaluation cell (length, depth): a prompt of exactly
-    `length` tokens and its expected answer ids."""
+    """Sample `index` of the evaluation cell (length, depth): a prompt of
+    `length - len(answer) - 1` tokens and its expected answer ids."""
     rng = np.random.default_rng([seed, length, depth_index, index])
     hay = haystack.window(rng, length)
     key = random_key(rng, digits, digits)
-    ids, _, answer = assemble(enc, hay, key, depth, length)
+    ids, _, answer = assemble(enc, hay, key, depth, length - len(enc.answer(key)) - 1)
     return EvalSample(length, depth, key, ids, answer)
 
 
@@ -248,7 +250,7 @@ def self_test(enc: PasskeyEncoder, haystack: Haystack) -> None:
     b = eval_set(enc, haystack, lengths=(300,), depths=(0.0, 0.5, 1.0), per_cell=2, seed=7)
     for x, y in zip(a, b):
         assert x.key == y.key and np.array_equal(x.prompt_ids, y.prompt_ids), "not deterministic"
-        assert x.prompt_ids.size == 300
+        assert x.prompt_ids.size + len(x.answer_ids) + 1 == 300
         assert enc.decode(x.prompt_ids).endswith(QUESTION)
         assert enc.decode(x.answer_ids) == ANSWER.format(key=x.key)
     needle0, _ = enc.needle(a[0].key)

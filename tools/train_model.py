@@ -403,9 +403,14 @@ def eval_passkey(model, enc, haystack, lengths, per_cell, seed, batch, device) -
     for length in lengths:
         samples = pk.eval_set(enc, haystack, lengths=(length,), per_cell=per_cell, seed=seed)
         rows = max(1, batch * 8192 // length)
+        # Prompts of one batch must be equally long; answers of a tokenizer that
+        # merges some digit groups and not others differ in length.
+        buckets: dict[int, list] = {}
+        for s in samples:
+            buckets.setdefault(s.prompt_ids.size, []).append(s)
+        chunks = [b[i:i + rows] for b in buckets.values() for i in range(0, len(b), rows)]
         correct = {}
-        for i in range(0, len(samples), rows):
-            chunk = samples[i:i + rows]
+        for chunk in chunks:
             prompt = torch.from_numpy(np.stack([s.prompt_ids for s in chunk])).to(device)
             # One token more than the answer, so that a longer number is caught.
             steps = max(len(s.answer_ids) for s in chunk) + 1
