@@ -28,8 +28,8 @@ std::string pcre2_message(int code) {
 void regex_pattern::code_deleter::operator()(void* code) const { pcre2_code_free(as_code(code)); }
 
 regex_pattern::regex_pattern(std::string_view pattern, bool literal) : pattern_(pattern) {
-  std::uint32_t options = PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF;
-  if (literal) options |= PCRE2_LITERAL;
+  // PCRE2_LITERAL refuses UCP (there are no classes to widen anyway).
+  std::uint32_t options = PCRE2_UTF | PCRE2_MATCH_INVALID_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
   int error = 0;
   PCRE2_SIZE offset = 0;
   pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
