@@ -16,7 +16,8 @@ Reproduction (the packed data is made once, beside the repository):
 
 and a CPU check of the whole path (tiny model, a few steps, short contexts):
 
-    python3 tools/train_model.py --data .carry/corpus --tokenizer T --out /tmp/m --smoke --device cpu
+    python3 tools/train_model.py --data .carry/corpus --tokenizer T --out OUT/smoke \\
+        --smoke --device cpu
 
 Training: bf16 autocast over fp32 master weights, AdamW (betas 0.9/0.95, weight
 decay on matrices), linear warmup then a cosine decay over the time budget,
@@ -40,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import inspect
 import json
 import math
 import shutil
@@ -81,8 +83,8 @@ def parse_args(argv):
     ap.add_argument("--warmup-steps", type=int, default=100)
     ap.add_argument("--weight-decay", type=float, default=0.1)
     ap.add_argument("--clip", type=float, default=1.0)
-    ap.add_argument("--passkey-frac", type=float, default=0.3)
-    ap.add_argument("--answer-weight", type=float, default=1.0)
+    ap.add_argument("--passkey-frac", type=float, default=0.35)
+    ap.add_argument("--answer-weight", type=float, default=2.0)
     ap.add_argument("--compile", action="store_true", help="torch.compile the decoder")
     ap.add_argument("--log-every", type=int, default=20)
     ap.add_argument("--eval-tokens", type=int, default=64 * 8192,
@@ -383,15 +385,23 @@ def eval_perplexity(model, valid, train, meta, contexts, eval_tokens, batch, dev
     return result
 
 
+def cache_of(out):
+    """The KV cache a decoder call returned: `cache` in newer transformers,
+    `past_key_values` in older ones."""
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values
+
+
 @torch.no_grad()
 def greedy(model, prompt, steps: int):
     """Greedy continuation [n, steps] of equal-length prompts, with a KV cache."""
+    params = inspect.signature(model.model.forward).parameters
+    cache_arg = "cache" if "cache" in params else "past_key_values"
     out = model.model(input_ids=prompt, use_cache=True)
     nxt = model.lm_head(out.last_hidden_state[:, -1]).argmax(-1)
     generated = [nxt]
     for _ in range(steps - 1):
-        out = model.model(input_ids=nxt[:, None], past_key_values=out.past_key_values,
-                          use_cache=True)
+        out = model.model(input_ids=nxt[:, None], use_cache=True, **{cache_arg: cache_of(out)})
         nxt = model.lm_head(out.last_hidden_state[:, -1]).argmax(-1)
         generated.append(nxt)
     return torch.stack(generated, dim=1)
