@@ -75,7 +75,10 @@ kc::rope_params rope_params_of(const model_config& c) {
 void check_tensor(const tensor_view& t, const std::string& name, std::int64_t d0, std::int64_t d1) {
   const bool is_float = t.type == dtype::f32 || t.type == dtype::f16 || t.type == dtype::bf16;
   const bool vector = d1 < 0;
-  std::string expected = "[" + std::to_string(d0) + (vector ? "" : ", " + std::to_string(d1)) + "]";
+  std::string expected = "[";
+  expected += std::to_string(d0);
+  if (!vector) expected.append(", ").append(std::to_string(d1));
+  expected += ']';
   if (t.empty() || !is_float || t.where != memory_kind::host || t.rank != (vector ? 1 : 2) ||
       t.shape[0] != d0 || (!vector && t.shape[1] != d1) || t.strides[t.rank - 1] != 1 ||
       (!vector && t.strides[0] < d1))
