@@ -20,14 +20,14 @@ void softmax(const float* logits, std::int64_t n, float temperature, float* prob
   if (n <= 0) return;
   float max_logit = -std::numeric_limits<float>::infinity();
   for (std::int64_t i = 0; i < n; ++i) max_logit = std::max(max_logit, logits[i]);
-  const float inv_t = 1.0f / temperature;
   double sum = 0.0;
   for (std::int64_t i = 0; i < n; ++i) {
-    // (x - max) / T rather than x/T - max/T: one rounding fewer, and the
-    // max maps to exactly exp(0) = 1, so sum >= 1 whenever any logit is finite.
+    // (x - max) / T rather than x/T - max/T: the max maps to exactly exp(0) = 1,
+    // so sum >= 1; dividing (not multiplying by 1/T) keeps a tiny T from
+    // turning 0 * inf into NaN.
     const float p = (logits[i] == -std::numeric_limits<float>::infinity())
                         ? 0.0f
-                        : std::exp((logits[i] - max_logit) * inv_t);
+                        : std::exp((logits[i] - max_logit) / temperature);
     probs[i] = p;
     sum += p;
   }

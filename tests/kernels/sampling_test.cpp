@@ -39,6 +39,13 @@ TEST(softmax, matches_double_reference_with_temperature) {
   }
 }
 
+TEST(softmax, tiny_temperature_approaches_one_hot) {
+  const std::vector<float> l = {1.0f, 3.0f, 2.0f};
+  std::vector<float> p(3);
+  softmax(l.data(), 3, 1e-30f, p.data());
+  EXPECT_EQ(p, (std::vector<float>{0.0f, 1.0f, 0.0f}));
+}
+
 TEST(top_k_filter, keeps_k_largest_and_ties_at_the_threshold) {
   std::vector<float> x = {0.1f, 5.0f, 3.0f, 3.0f, -1.0f, 4.0f};
   std::vector<float> scratch(x.size());
