@@ -32,10 +32,13 @@ class cpu_forward {
   kernels::cpu::thread_pool& pool() { return *pool_; }
 
  private:
+  struct scratch;  // activations, sized for the largest batch seen so far
+
   model_config config_;
   const model_weights& weights_;
   std::vector<float> inv_freq_;
   std::unique_ptr<kernels::cpu::thread_pool> pool_;
+  std::unique_ptr<scratch> scratch_;
 };
 
 // Full-precision KV cache in host memory (f32 rows), the reference policy.

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <random>
 #include <span>
+#include <vector>
 
 namespace specpipe {
 
@@ -26,6 +27,10 @@ class sampler {
  private:
   sampling_params params_;
   std::mt19937_64 rng_;
+  // Reused across calls so sampling a token allocates nothing after the first.
+  std::vector<float> probs_;
+  std::vector<float> scratch_;
+  std::vector<std::int32_t> order_;
 };
 
 }  // namespace specpipe
