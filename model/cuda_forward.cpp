@@ -368,7 +368,7 @@ void cuda_forward::select(const sampling_params& p, std::uint64_t counter, std::
   if (s.last_rows < 1) throw std::logic_error("cuda_forward::select: no forward has run");
   if (std::int64_t(out.size()) < s.last_rows)
     throw std::invalid_argument("cuda_forward::select: out must hold " + std::to_string(s.last_rows) + " ids");
-  p.validate();
+  // sample_rows checks temperature, top_k and top_p itself.
   auto* sel = s.selected.as<std::int32_t>();
   if (p.temperature <= 0.f) {
     kc::argmax_rows(s.logits.as<float>(), s.c.vocab_size, s.last_rows, s.c.vocab_size, sel, s.st.get());
