@@ -1,0 +1,227 @@
+// `specpipe bench`: prefill and decode throughput of the full-precision path
+// against the roofline measured in the same run; `--kernels` times decode
+// attention and the decode GEMV alone.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <random>
+
+#include "apps/bench.hpp"
+#include "apps/cli_support.hpp"
+#include "apps/commands.hpp"
+#include "memory/allocator.hpp"
+#include "model/forward.hpp"
+#include "model/model.hpp"
+#include "model/presets.hpp"
+
+namespace specpipe::apps {
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+void print_table(const bench_options& o, const bench_report& r) {
+  std::printf("\nspecpipe bench: %s on %s (%s)\n", o.model_name.c_str(), o.device.c_str(), r.device_name.c_str());
+  if (r.copy_bandwidth > 0)
+    std::printf("measured device copy bandwidth: %.0f GB/s (read + write)\n", r.copy_bandwidth / 1e9);
+  for (const auto& n : r.notes) std::printf("note: %s\n", n.c_str());
+  std::printf("%-9s %6s %8s %10s %9s %11s %10s %7s %8s  %s\n", "kind", "batch", "context", "median_ms",
+              "spread", "tokens/s", "floor_ms", "floor%", "peakGiB", "");
+  for (const auto& p : r.points) {
+    if (p.skipped) {
+      std::printf("%-9s %6lld %8lld %10s  skipped: %s\n", p.kind.c_str(), p.batch, p.context, "-", p.note.c_str());
+      continue;
+    }
+    const double pct = p.roofline_ms > 0 ? 100.0 * p.roofline_ms / p.ms : 0;
+    std::printf("%-9s %6lld %8lld %10.3f %9.3f %11.1f %10.3f %6.1f%% %8.2f  %s\n", p.kind.c_str(), p.batch,
+                p.context, p.ms, p.ms_spread, p.tokens_per_s, p.roofline_ms, pct, p.peak_gib, p.note.c_str());
+  }
+  std::fflush(stdout);
+}
+
+int bench_main(int argc, char** argv) {
+  po::options_description desc("specpipe bench flags");
+  std::string preset, model_dir, batches = "1", contexts = "4096", json_path, device = "cuda";
+  bench_options o;
+  desc.add_options()
+    ("help,h", "show this help")
+    ("preset", po::value(&preset), "model shape: llama3-8b, llama2-7b, mistral-7b or tiny (random weights)")
+    ("model,m", po::value(&model_dir), "Hugging Face checkpoint directory (real weights)")
+    ("device", po::value(&device)->default_value("cuda"), "cuda or cpu")
+    ("batch", po::value(&batches)->default_value("1"), "decode batch sizes, e.g. 1,8,32")
+    ("context", po::value(&contexts)->default_value("4096"), "context lengths, e.g. 4096,32k,128k")
+    ("prefill-tokens", po::value(&o.prefill_tokens)->default_value(2048), "prompt length of the prefill measurement")
+    ("repeats", po::value(&o.repeats)->default_value(20), "timed repeats per point (median reported)")
+    ("warmup", po::value(&o.warmup)->default_value(5), "untimed runs before timing")
+    ("json", po::value(&json_path), "also write the results as JSON to this file")
+    ("kernels", "time decode attention and the decode GEMV alone against their rooflines")
+    ("no-graphs", "launch decode kernels one by one instead of replaying a CUDA graph");
+  po::variables_map vm;
+  if (!parse_flags(argc, argv, desc, vm, "usage: specpipe bench (--preset NAME | --model DIR) [flags]")) return 0;
+
+  o.kernels = vm.count("kernels") > 0;
+  o.graphs = vm.count("no-graphs") == 0;
+  o.device = device;
+  if (device != "cuda" && device != "cpu") throw usage_error("--device: '" + device + "' is not one of cpu, cuda");
+  if (vm.count("preset") && vm.count("model")) throw usage_error("--preset and --model are exclusive");
+  if (o.repeats < 1) throw usage_error("--repeats: must be >= 1, got " + std::to_string(o.repeats));
+  if (o.warmup < 0) throw usage_error("--warmup: must be >= 0, got " + std::to_string(o.warmup));
+  if (o.prefill_tokens < 0) throw usage_error("--prefill-tokens: must be >= 0");
+  o.batches = parse_int_list("batch", batches);
+  o.contexts = parse_int_list("context", contexts);
+  if (vm.count("model")) {
+    o.model_dir = model_dir;
+    o.model_name = model_dir;
+    o.config = load_model_config(std::filesystem::path(model_dir) / "config.json");
+  } else {
+    if (!vm.count("preset") && !o.kernels) throw usage_error("--preset or --model is required");
+    o.model_name = vm.count("preset") ? preset : "llama3-8b";
+    const auto c = preset_config(o.model_name);
+    if (!c) throw usage_error("--preset: unknown preset '" + o.model_name + "' (known: " + join(preset_names()) + ")");
+    o.config = *c;
+  }
+  if (device == "cuda") {
+#ifndef SPECPIPE_HAVE_CUDA
+    throw usage_error("--device cuda: this build has no CUDA backend (configure with -DSPECPIPE_CUDA=ON)");
+#else
+    if (!cuda_available()) throw usage_error("--device cuda: no CUDA device is visible");
+#endif
+  } else if (o.kernels) {
+    throw usage_error("--kernels times CUDA kernels; it needs --device cuda");
+  }
+  const bench_report r = device == "cuda" ? run_cuda_bench(o) : run_cpu_bench(o);
+  print_table(o, r);
+  if (!json_path.empty()) {
+    std::ofstream out(json_path);
+    if (!out) throw std::runtime_error("--json: cannot write '" + json_path + "'");
+    out << boost::json::serialize(report_json(o, r)) << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+bench_report run_cpu_bench(const bench_options& o) {
+  using clock = std::chrono::steady_clock;
+  bench_report r;
+  r.device_name = "CPU backend";
+  const auto& c = o.config;
+  std::optional<model> loaded;
+  std::vector<std::vector<float>> store;
+  model_weights w;
+  if (!o.model_dir.empty()) {
+    loaded.emplace(model::load(o.model_dir));
+    w = loaded->weights;
+  } else {
+    const std::size_t params = std::size_t(c.vocab_size * c.hidden_size) * 2 +
+                               std::size_t(c.num_hidden_layers) *
+                                   std::size_t((c.q_dim() + 2 * c.kv_dim()) * c.hidden_size + c.hidden_size * c.q_dim() +
+                                               3 * c.intermediate_size * c.hidden_size);
+    if (params > (std::size_t(1) << 30))
+      throw usage_error("--device cpu: random weights for '" + o.model_name + "' need " +
+                        std::to_string(params * 4 >> 30) + " GiB of host memory; use --preset tiny or --model DIR");
+    std::mt19937 rng(1);
+    std::uniform_real_distribution<float> u(-0.035f, 0.035f), g(0.9f, 1.1f);
+    auto make = [&](std::int64_t rows, std::int64_t cols, bool norm) {
+      store.emplace_back(std::size_t(rows * cols));
+      for (auto& x : store.back()) x = norm ? g(rng) : u(rng);
+      return tensor_view(store.back().data(), dtype::f32, {rows, cols});
+    };
+    store.reserve(3 + 9 * std::size_t(c.num_hidden_layers));
+    w.embed = make(c.vocab_size, c.hidden_size, false);
+    w.final_norm = make(1, c.hidden_size, true);
+    w.lm_head = make(c.vocab_size, c.hidden_size, false);
+    for (std::int64_t l = 0; l < c.num_hidden_layers; ++l)
+      w.layers.push_back({make(1, c.hidden_size, true), make(c.q_dim(), c.hidden_size, false),
+                          make(c.kv_dim(), c.hidden_size, false), make(c.kv_dim(), c.hidden_size, false),
+                          make(c.hidden_size, c.q_dim(), false), make(1, c.hidden_size, true),
+                          make(c.intermediate_size, c.hidden_size, false),
+                          make(c.intermediate_size, c.hidden_size, false),
+                          make(c.hidden_size, c.intermediate_size, false)});
+  }
+  cpu_forward fwd(c, w);
+  std::vector<float> logits(std::size_t(c.vocab_size));
+  std::mt19937 rng(2);
+  auto tokens = [&](std::size_t n) {
+    std::vector<std::int32_t> t(n);
+    for (auto& x : t) x = std::int32_t(rng() % std::uint32_t(c.vocab_size));
+    return t;
+  };
+  r.notes.push_back("CPU backend: the KV cache is filled by a real prefill of the context; batches run one "
+                    "sequence after another");
+  for (const long long ctx : o.contexts) {
+    auto cache = make_full_cache(c, ctx + o.warmup + o.repeats + 1, &fwd.pool());
+    const auto prompt = tokens(std::size_t(ctx));
+    const auto t0 = clock::now();
+    fwd.forward(prompt, *cache, logits);
+    const double pre = std::chrono::duration<double>(clock::now() - t0).count();
+    r.points.push_back({"prefill", 1, ctx, false, "", pre * 1e3, 0, double(ctx) / pre});
+    for (const long long b : o.batches) {
+      if (b != 1) {
+        r.points.push_back({"decode", b, ctx, true, "the CPU benchmark decodes batch 1 only"});
+        continue;
+      }
+      std::vector<double> ms;
+      for (int i = 0; i < o.warmup + o.repeats; ++i) {
+        const std::int32_t one[1] = {std::int32_t(i % c.vocab_size)};
+        const auto s = clock::now();
+        fwd.forward(one, *cache, logits);
+        if (i >= o.warmup) ms.push_back(std::chrono::duration<double, std::milli>(clock::now() - s).count());
+      }
+      const double med = median(ms);
+      r.points.push_back({"decode", b, ctx, false, "", med, *std::max_element(ms.begin(), ms.end()) -
+                                                                *std::min_element(ms.begin(), ms.end()),
+                          1e3 / med});
+    }
+  }
+  return r;
+}
+
+boost::json::value report_json(const bench_options& o, const bench_report& r) {
+  boost::json::object root;
+  root["model"] = o.model_name;
+  root["device"] = o.device;
+  root["device_name"] = r.device_name;
+  root["copy_bandwidth_GBps"] = r.copy_bandwidth / 1e9;
+  root["repeats"] = o.repeats;
+  root["warmup"] = o.warmup;
+  root["cuda_graphs"] = o.graphs;
+  boost::json::array notes;
+  for (const auto& n : r.notes) notes.emplace_back(n);
+  root["notes"] = std::move(notes);
+  boost::json::array pts;
+  for (const auto& p : r.points) {
+    boost::json::object j;
+    j["kind"] = p.kind;
+    j["batch"] = p.batch;
+    j["context"] = p.context;
+    j["skipped"] = p.skipped;
+    j["note"] = p.note;
+    if (!p.skipped) {
+      j["median_ms"] = p.ms;
+      j["spread_ms"] = p.ms_spread;
+      j["tokens_per_s"] = p.tokens_per_s;
+      j["bytes"] = p.bytes;
+      j["roofline_ms"] = p.roofline_ms;
+      j["roofline_fraction"] = p.roofline_ms > 0 ? p.roofline_ms / p.ms : 0.0;
+      j["peak_gib"] = p.peak_gib;
+    }
+    pts.emplace_back(std::move(j));
+  }
+  root["points"] = std::move(pts);
+  return root;
+}
+
+int run_bench(int argc, char** argv) { return guarded("bench", bench_main, argc, argv); }
+
+}  // namespace specpipe::apps

@@ -1,0 +1,56 @@
+#pragma once
+// `specpipe bench`: shared pieces of the flag parser (bench.cpp) and the
+// CUDA measurements (bench_cuda.cpp).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <boost/json.hpp>
+
+#include "model/config.hpp"
+
+namespace specpipe::apps {
+
+struct bench_options {
+  std::string model_name;           // preset name or model directory
+  std::string model_dir;            // empty: preset with random weights
+  model_config config;
+  std::string device = "cuda";
+  std::vector<long long> batches{1};
+  std::vector<long long> contexts{4096};
+  std::int64_t prefill_tokens = 2048;
+  int repeats = 20;
+  int warmup = 5;
+  bool kernels = false;
+  bool graphs = true;
+};
+
+// One measured (or skipped) configuration.
+struct bench_point {
+  std::string kind;  // "prefill", "decode", "attention", "gemv"
+  long long batch = 0, context = 0;
+  bool skipped = false;
+  std::string note;
+  double ms = 0;           // median
+  double ms_spread = 0;    // max - min of the repeats
+  double tokens_per_s = 0;
+  double bytes = 0;        // bytes the step must read (roofline numerator)
+  double roofline_ms = 0;  // bytes / measured copy bandwidth
+  double peak_gib = 0;
+};
+
+struct bench_report {
+  std::string device_name;
+  double copy_bandwidth = 0;  // bytes/s, read + write
+  std::vector<bench_point> points;
+  std::vector<std::string> notes;
+};
+
+// Runs the CUDA benchmarks; throws usage_error when CUDA is unusable.
+bench_report run_cuda_bench(const bench_options& o);
+// Runs the CPU backend benchmarks (decode and prefill, no roofline).
+bench_report run_cpu_bench(const bench_options& o);
+
+boost::json::value report_json(const bench_options& o, const bench_report& r);
+
+}  // namespace specpipe::apps

@@ -1,0 +1,230 @@
+// The CUDA measurements of `specpipe bench` (see bench.hpp). Device times come
+// from CUDA events after warm-up; each figure is the median of the repeats,
+// and the roofline is bytes / the copy bandwidth measured in the same run.
+#include <algorithm>
+#include <cmath>
+#include <optional>
+
+#include "apps/bench.hpp"
+#include "apps/cli_support.hpp"
+
+#ifdef SPECPIPE_HAVE_CUDA
+#include <random>
+
+#include "kernels/cuda/attention.hpp"
+#include "kernels/cuda/device.hpp"
+#include "kernels/cuda/elementwise.hpp"
+#include "kernels/cuda/gemm.hpp"
+#include "memory/allocator.hpp"
+#include "model/cuda_forward.hpp"
+#include "model/model.hpp"
+#endif
+
+namespace specpipe::apps {
+
+#ifndef SPECPIPE_HAVE_CUDA
+
+bench_report run_cuda_bench(const bench_options&) {
+  throw usage_error("--device cuda: this build has no CUDA backend (configure with -DSPECPIPE_CUDA=ON)");
+}
+
+#else
+
+namespace kc = kernels::cuda;
+
+namespace {
+
+constexpr double gib = 1024.0 * 1024.0 * 1024.0;
+
+struct timing {
+  double median = 0, spread = 0;
+};
+
+template <class F>
+timing time_events(void* stream, int warmup, int repeats, F&& body) {
+  kc::event_timer t;
+  for (int i = 0; i < warmup; ++i) body();
+  std::vector<double> ms;
+  for (int i = 0; i < repeats; ++i) {
+    t.start(stream);
+    body();
+    t.stop(stream);
+    ms.push_back(t.elapsed_ms());
+  }
+  std::sort(ms.begin(), ms.end());
+  return {ms[ms.size() / 2], ms.back() - ms.front()};
+}
+
+double used_gib() {
+  const auto m = kc::query_memory();
+  return double(m.total - m.free) / gib;
+}
+
+void kernel_points(const bench_options& o, bench_report& r, const kc::device_properties& props) {
+  auto dev = make_device_allocator(0);
+  kc::stream st;
+  // Decode attention alone: batch 8, 32 query / 8 KV heads, head_dim 128.
+  const int batch = 8, nh = 32, nkv = 8, d = 128, max_splits = 128;
+  const long long ctx = o.contexts.size() == 1 && o.contexts[0] != 4096 ? o.contexts[0] : 65536;
+  const std::size_t cache_elems = std::size_t(batch) * nkv * std::size_t(ctx) * d;
+  buffer k(*dev, cache_elems * 2), v(*dev, cache_elems * 2), q(*dev, std::size_t(batch) * nh * d * 2),
+      out(*dev, std::size_t(batch) * nh * d * 2),
+      part(*dev, kc::decode_attention_scratch_floats(batch, nh, d, max_splits) * 4), ints(*dev, 2 * batch * 4);
+  kc::fill_uniform_bf16(k.as<std::uint16_t>(), std::int64_t(cache_elems), -1, 1, 1, st.get());
+  kc::fill_uniform_bf16(v.as<std::uint16_t>(), std::int64_t(cache_elems), -1, 1, 2, st.get());
+  kc::fill_uniform_bf16(q.as<std::uint16_t>(), batch * nh * d, -1, 1, 3, st.get());
+  std::vector<std::int32_t> host(2 * batch);
+  for (int b = 0; b < batch; ++b) {
+    host[std::size_t(b)] = b;
+    host[std::size_t(batch + b)] = std::int32_t(ctx);
+  }
+  kc::copy_to_device(ints.data(), host.data(), host.size() * 4, st.get());
+  kc::decode_attention_args a;
+  a.q = q.as<std::uint16_t>();
+  a.ld_q = nh * d;
+  a.k_cache = k.as<std::uint16_t>();
+  a.v_cache = v.as<std::uint16_t>();
+  a.capacity = ctx;
+  a.slots = ints.as<std::int32_t>();
+  a.lens = ints.as<std::int32_t>() + batch;
+  a.out = out.as<std::uint16_t>();
+  a.ld_out = nh * d;
+  a.partial = part.as<float>();
+  a.batch = batch;
+  a.n_heads = nh;
+  a.n_kv_heads = nkv;
+  a.head_dim = d;
+  a.scale = 1.f / std::sqrt(float(d));
+  a.splits = kc::decode_attention_splits(batch, nkv, ctx, props.sm_count, max_splits);
+  const double bytes = 2.0 * double(cache_elems) * 2;
+  for (const int splits : {a.splits, 1}) {
+    a.splits = splits;
+    const auto t = time_events(st.get(), o.warmup, o.repeats, [&] { kc::decode_attention(a, st.get()); });
+    bench_point p{"attention", batch, ctx, false,
+                  "32/8 heads d=128, splits=" + std::to_string(splits) + ", " +
+                      std::to_string(bytes / (t.median * 1e-3) / 1e12).substr(0, 5) + " TB/s",
+                  t.median, t.spread, batch / (t.median * 1e-3), bytes, bytes / r.copy_bandwidth * 1e3, used_gib()};
+    r.points.push_back(p);
+  }
+  // Decode GEMV vs cuBLAS on llama3-8b projection shapes.
+  const std::int64_t shapes[][2] = {{6144, 4096}, {28672, 4096}, {4096, 14336}, {128256, 4096}};
+  for (const auto& s : shapes) {
+    const std::int64_t n = s[0], kk = s[1];
+    buffer w(*dev, std::size_t(n * kk) * 2), x(*dev, std::size_t(8 * kk) * 2), y(*dev, std::size_t(8 * n) * 4);
+    kc::fill_uniform_bf16(w.as<std::uint16_t>(), n * kk, -0.02f, 0.02f, 7, st.get());
+    kc::fill_uniform_bf16(x.as<std::uint16_t>(), 8 * kk, -1, 1, 8, st.get());
+    kc::blas_handle blas;
+    for (const std::int64_t m : {1, 8})
+      for (const auto impl : {kc::gemm_impl::gemv, kc::gemm_impl::cublas}) {
+        kc::gemm_args g;
+        g.x = x.as<std::uint16_t>();
+        g.ldx = kk;
+        g.w = w.as<std::uint16_t>();
+        g.ldw = kk;
+        g.y = y.data();
+        g.ldy = n;
+        g.out = kc::gemm_out::bf16;
+        g.m = m;
+        g.n = n;
+        g.k = kk;
+        const auto t = time_events(st.get(), o.warmup, o.repeats, [&] { kc::gemm(blas.get(), g, st.get(), impl); });
+        const double wb = double(n * kk) * 2;
+        r.points.push_back({"gemv", m, 0, false,
+                            std::string(impl == kc::gemm_impl::gemv ? "gemv " : "cublas ") + std::to_string(n) +
+                                "x" + std::to_string(kk),
+                            t.median, t.spread, 0, wb, wb / r.copy_bandwidth * 1e3, used_gib()});
+      }
+  }
+}
+
+}  // namespace
+
+bench_report run_cuda_bench(const bench_options& o) {
+  bench_report r;
+  kc::set_device(0);
+  const auto props = kc::query_device(0);
+  r.device_name = props.name + " (" + std::to_string(props.sm_count) + " SMs, " +
+                  std::to_string(props.total_memory >> 30) + " GiB)";
+  r.copy_bandwidth = kc::measure_copy_bandwidth(std::size_t(2) << 30, 20);
+  if (o.kernels) {
+    kernel_points(o, r, props);
+    return r;
+  }
+  const auto& c = o.config;
+  std::optional<model> host;
+  std::optional<cuda_model> gpu;
+  if (!o.model_dir.empty()) {
+    host.emplace(model::load(o.model_dir));
+    gpu.emplace(host->config, host->weights, 0);
+    r.notes.push_back("weights loaded from " + o.model_dir);
+  } else {
+    gpu.emplace(cuda_model::random(c, 42));
+    r.notes.push_back("random weights generated on the GPU (shapes of preset " + o.model_name + ")");
+  }
+  r.notes.push_back("decode: the KV cache is filled with random values for the context instead of a prefill; "
+                    "each step then appends one token per sequence");
+  const double wbytes = double(cuda_model::weight_bytes(c));
+  const double kv_tok = double(cuda_forward::kv_bytes_per_token(c));
+  std::mt19937 rng(3);
+  auto tokens = [&](std::size_t n) {
+    std::vector<std::int32_t> t(n);
+    for (auto& x : t) x = std::int32_t(rng() % std::uint32_t(c.vocab_size));
+    return t;
+  };
+
+  if (o.prefill_tokens > 0) {
+    cuda_forward_options fo;
+    fo.max_batch = 1;
+    fo.max_context = o.prefill_tokens;
+    fo.use_graphs = o.graphs;
+    if (cuda_forward::device_bytes(c, fo) > kc::query_memory().free) {
+      r.points.push_back({"prefill", 1, o.prefill_tokens, true, "does not fit in free GPU memory"});
+    } else {
+      cuda_forward fwd(*gpu, fo);
+      const auto prompt = tokens(std::size_t(o.prefill_tokens));
+      const int reps = std::max(1, std::min(o.repeats, 5));
+      const auto t = time_events(fwd.stream(), std::min(o.warmup, 1), reps, [&] {
+        fwd.truncate(0, 0);
+        fwd.prefill(0, prompt);
+      });
+      r.points.push_back({"prefill", 1, o.prefill_tokens, false,
+                          "chunks of " + std::to_string(fo.prefill_chunk), t.median, t.spread,
+                          double(o.prefill_tokens) / (t.median * 1e-3), wbytes, 0, used_gib()});
+    }
+  }
+
+  for (const long long ctx : o.contexts)
+    for (const long long b : o.batches) {
+      cuda_forward_options fo;
+      fo.max_batch = int(b);
+      fo.max_context = ctx + o.warmup + o.repeats + 2;
+      fo.prefill_chunk = 16;  // decode-only: keep the prefill scratch small
+      fo.use_graphs = o.graphs;
+      const std::size_t need = cuda_forward::device_bytes(c, fo);
+      const std::size_t free = kc::query_memory().free;
+      if (need + (std::size_t(512) << 20) > free) {
+        r.points.push_back({"decode", b, ctx, true,
+                            "needs " + std::to_string(double(need) / gib).substr(0, 6) + " GiB, " +
+                                std::to_string(double(free) / gib).substr(0, 6) + " GiB free"});
+        continue;
+      }
+      cuda_forward fwd(*gpu, fo);
+      std::vector<int> slots(static_cast<std::size_t>(b));
+      for (int i = 0; i < int(b); ++i) {
+        slots[std::size_t(i)] = i;
+        fwd.fill_random_kv(i, ctx, 100 + std::uint64_t(i));
+      }
+      const auto toks = tokens(std::size_t(b));
+      const auto t = time_events(fwd.stream(), o.warmup, o.repeats, [&] { fwd.decode(slots, toks); });
+      // Per step: every weight once, and each sequence's K/V (about ctx rows
+      // per layer; the steps add warmup + repeats rows at most).
+      const double bytes = wbytes + double(b) * double(ctx) * kv_tok;
+      r.points.push_back({"decode", b, ctx, false, o.graphs ? "CUDA graph" : "eager launches", t.median, t.spread,
+                          double(b) / (t.median * 1e-3), bytes, bytes / r.copy_bandwidth * 1e3, used_gib()});
+    }
+  return r;
+}
+
+#endif
+
+}  // namespace specpipe::apps

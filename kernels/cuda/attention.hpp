@@ -1,0 +1,65 @@
+#pragma once
+// Attention over the full bf16 KV cache on the GPU.
+//
+// Cache layout (per layer): k_cache and v_cache are [slots, n_kv_heads,
+// capacity, head_dim] bf16, so that one (sequence, KV head) is a contiguous run
+// of rows that a block streams with 16-byte loads. head_dim 64 or 128; GQA
+// group size n_heads / n_kv_heads in {1, 2, 4, 8, 16}.
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cuda/cuda_error.hpp"
+
+namespace specpipe::kernels::cuda {
+
+// Decode: one query token per sequence, each sequence its own length
+// (flash-decoding). Grid (split, KV head, sequence); each block loads each K/V
+// tile of its split once and serves all query heads of its GQA group; a
+// second kernel merges the splits by their running max and sum.
+struct decode_attention_args {
+  const std::uint16_t* q = nullptr;  // [batch, n_heads, head_dim], RoPE applied
+  std::int64_t ld_q = 0;             // elements between sequences' q rows
+  const std::uint16_t* k_cache = nullptr;
+  const std::uint16_t* v_cache = nullptr;
+  std::int64_t capacity = 0;
+  const std::int32_t* slots = nullptr;  // [batch] cache slot of each sequence, device
+  const std::int32_t* lens = nullptr;   // [batch] keys to attend (>= 1), device
+  std::uint16_t* out = nullptr;         // [batch, n_heads, head_dim]
+  std::int64_t ld_out = 0;
+  float* partial = nullptr;  // scratch, decode_attention_scratch_floats()
+  int batch = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  int splits = 1;  // per sequence, <= the max_splits the scratch was sized for
+  float scale = 0;  // usually 1/sqrt(head_dim)
+};
+
+std::size_t decode_attention_scratch_floats(int batch, int n_heads, int head_dim, int max_splits);
+
+// Splits per sequence that fill `sm_count` multiprocessors for this batch
+// (two waves of single-block-per-SM work), capped so that a split covers at
+// least two key tiles of the longest sequence and by max_splits.
+int decode_attention_splits(int batch, int n_kv_heads, std::int64_t max_len, int sm_count,
+                            int max_splits);
+
+void decode_attention(const decode_attention_args& a, stream_t s);
+
+// Prefill: n query tokens of one sequence at positions pos0 .. pos0+n-1, whose
+// K/V are already in the cache; query i attends to keys 0 .. pos0+i (causal).
+// Flash-attention tiling with an online softmax; never forms the n x L matrix.
+struct prefill_attention_args {
+  const std::uint16_t* q = nullptr;  // [n, n_heads, head_dim], RoPE applied
+  std::int64_t ld_q = 0;             // elements between tokens' q rows
+  const std::uint16_t* k_cache = nullptr;
+  const std::uint16_t* v_cache = nullptr;
+  std::int64_t capacity = 0;
+  int slot = 0;
+  std::int64_t pos0 = 0;
+  std::int64_t n = 0;
+  std::uint16_t* out = nullptr;  // [n, n_heads, head_dim]
+  std::int64_t ld_out = 0;
+  int n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  float scale = 0;
+};
+
+void prefill_attention(const prefill_attention_args& a, stream_t s);
+
+}  // namespace specpipe::kernels::cuda

@@ -1,0 +1,113 @@
+#pragma once
+// The Llama-family forward pass on the CUDA backend, full-precision path:
+// bf16 weights and a bf16 KV cache resident on one GPU, f32 math and an f32
+// residual stream. Plain C++ header (no CUDA types): in a build without CUDA
+// every constructor throws std::runtime_error.
+//
+// cuda_model owns the weights (uploaded once from host views, f32/f16
+// converted to bf16; or generated on the device for benchmarks). cuda_forward
+// owns what one batch of sequences needs: a KV cache of fixed capacity per
+// sequence slot and every scratch buffer, all sized at construction, so the
+// decode loop allocates nothing. Decode steps are captured into one CUDA graph
+// per batch size and replayed.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "kernels/cuda/gemm.hpp"
+#include "model/config.hpp"
+#include "model/sampler.hpp"
+#include "model/weights.hpp"
+
+namespace specpipe {
+
+class cuda_model {
+ public:
+  // Uploads `weights` (views of any of f32/f16/bf16) to device `device`.
+  // Throws model_error-style std::invalid_argument naming the tensor when a
+  // view is not contiguous or has an unsupported dtype.
+  cuda_model(const model_config& config, const model_weights& weights, int device = 0);
+  // Random weights generated on the device: uniform with standard deviation
+  // `std_dev` for matrices, uniform in [0.9, 1.1] for the norm weights.
+  static cuda_model random(const model_config& config, std::uint64_t seed, int device = 0,
+                           float std_dev = 0.02f);
+  ~cuda_model();
+  cuda_model(cuda_model&&) noexcept;
+  cuda_model& operator=(cuda_model&&) noexcept;
+
+  const model_config& config() const;
+  int device() const;
+  // Device bytes of the weights for `config` (bf16 matrices, f32 norms).
+  static std::size_t weight_bytes(const model_config& config);
+  std::size_t weight_bytes() const { return weight_bytes(config()); }
+
+  struct impl;
+  const impl& get() const { return *impl_; }
+
+ private:
+  cuda_model();
+  std::unique_ptr<impl> impl_;
+};
+
+struct cuda_forward_options {
+  int max_batch = 1;                 // sequence slots (and the largest decode batch)
+  std::int64_t max_context = 4096;   // KV capacity per slot, in tokens
+  std::int64_t prefill_chunk = 512;  // tokens per prefill forward
+  int max_splits = 128;              // flash-decoding splits per sequence, at most
+  bool use_graphs = true;            // replay decode steps as CUDA graphs
+  kernels::cuda::gemm_impl gemm = kernels::cuda::gemm_impl::automatic;
+};
+
+class cuda_forward {
+ public:
+  // `model` must outlive this object.
+  cuda_forward(const cuda_model& model, const cuda_forward_options& options);
+  ~cuda_forward();
+  cuda_forward(const cuda_forward&) = delete;
+  cuda_forward& operator=(const cuda_forward&) = delete;
+
+  const model_config& config() const;
+  const cuda_forward_options& options() const;
+
+  std::int64_t length(int slot) const;
+  // Drops every token at position >= n of `slot` (0 empties it).
+  void truncate(int slot, std::int64_t n);
+
+  // Runs `tokens` for `slot` at positions length(slot) .. +n-1 in chunks of
+  // prefill_chunk, appending their K/V. The last token's logits stay on the
+  // device (for select()) and are copied to `logits` ([vocab]) when non-empty.
+  void prefill(int slot, std::span<const std::int32_t> tokens, std::span<float> logits = {});
+
+  // One decode step: tokens[i] for slots[i] (distinct slots, each at its own
+  // length). Logits [batch, vocab] stay on the device and are copied to
+  // `logits` when non-empty. Returns once the work is queued when `logits` is
+  // empty (the caller may time it with events on stream()).
+  void decode(std::span<const int> slots, std::span<const std::int32_t> tokens,
+              std::span<float> logits = {});
+
+  // Picks one token per row of the last forward's logits on the device (one
+  // row after prefill, `batch` rows after decode): argmax at temperature 0,
+  // else kernels::cuda::sample_rows with draw counter `counter`.
+  void select(const sampling_params& params, std::uint64_t counter, std::span<std::int32_t> out);
+
+  // Benchmarks: fills the first `length` positions of `slot` in every layer
+  // with uniform bf16 values in [-1, 1] instead of running a prefill.
+  void fill_random_kv(int slot, std::int64_t length, std::uint64_t seed);
+
+  void synchronize() const;
+  void* stream() const;  // the cudaStream_t all work runs on
+
+  // Device bytes this object allocates for `config` and `options` (KV cache
+  // plus scratch), so callers can skip configurations that do not fit.
+  static std::size_t device_bytes(const model_config& config, const cuda_forward_options& options);
+  // KV bytes one token occupies over all layers (K and V, bf16).
+  static std::size_t kv_bytes_per_token(const model_config& config);
+
+  struct impl;
+
+ private:
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace specpipe

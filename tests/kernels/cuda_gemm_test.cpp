@@ -1,0 +1,95 @@
+// The projections: cuBLAS and the decode GEMV against a double reference,
+// bf16 and f32 outputs, with the fused residual accumulate.
+#include <gtest/gtest.h>
+
+#include "tests/kernels/cuda_test_util.hpp"
+
+#ifdef SPECPIPE_HAVE_CUDA
+#include "kernels/cuda/gemm.hpp"
+#endif
+
+namespace specpipe::test {
+namespace {
+
+class cuda_gemm : public cuda_test {};
+
+#ifdef SPECPIPE_HAVE_CUDA
+namespace kc = kernels::cuda;
+
+void run_case(allocator& dev, kc::blas_handle& blas, kc::gemm_impl impl, std::int64_t m, std::int64_t n,
+              std::int64_t k, kc::gemm_out out, bool acc, unsigned seed) {
+  std::mt19937 rng(seed);
+  const std::int64_t ldx = k + 8, ldw = k + 16, ldy = n + 3;
+  auto x = round_bf16(random_values(rng, std::size_t(m * ldx)));
+  auto w = round_bf16(random_values(rng, std::size_t(n * ldw)));
+  auto y0 = random_values(rng, std::size_t(m * ldy));
+  dev_array<std::uint16_t> dx(dev, to_bf16(x)), dw(dev, to_bf16(w));
+  dev_array<float> dyf(dev, y0);
+  dev_array<std::uint16_t> dyb(dev, std::size_t(m * ldy));
+  kc::gemm_args a;
+  a.x = dx.get();
+  a.ldx = ldx;
+  a.w = dw.get();
+  a.ldw = ldw;
+  a.y = out == kc::gemm_out::f32 ? static_cast<void*>(dyf.get()) : static_cast<void*>(dyb.get());
+  a.ldy = ldy;
+  a.out = out;
+  a.accumulate = acc;
+  a.m = m;
+  a.n = n;
+  a.k = k;
+  kc::gemm(blas.get(), a, nullptr, impl);
+  std::vector<float> got;
+  std::vector<double> ref;
+  const auto yf = dyf.download();
+  const auto yb = from_bf16(dyb.download());
+  for (std::int64_t i = 0; i < m; ++i)
+    for (std::int64_t j = 0; j < n; ++j) {
+      double s = acc ? double(y0[std::size_t(i * ldy + j)]) : 0.0;
+      for (std::int64_t c = 0; c < k; ++c) s += double(x[std::size_t(i * ldx + c)]) * w[std::size_t(j * ldw + c)];
+      ref.push_back(s);
+      got.push_back(out == kc::gemm_out::f32 ? yf[std::size_t(i * ldy + j)] : yb[std::size_t(i * ldy + j)]);
+    }
+  const std::string what = "gemm impl " + std::to_string(int(impl)) + " m=" + std::to_string(m) + " n=" +
+                           std::to_string(n) + " k=" + std::to_string(k) + (acc ? " acc" : "");
+  if (out == kc::gemm_out::f32) expect_close(got, ref, 2e-3, 1e-3, what, seed);
+  else expect_close(got, ref, 2e-2, 1e-2, what, seed);
+  EXPECT_TRUE(dyf.sentinel_intact() && dyb.sentinel_intact()) << what;
+}
+
+TEST_F(cuda_gemm, gemv_matches_reference_for_decode_batches) {
+  kc::blas_handle blas;
+  unsigned seed = 100;
+  for (const std::int64_t m : {1, 2, 3, 5, 8})
+    for (const std::int64_t k : {8, 264, 520, 2048}) {
+      run_case(*dev_, blas, kc::gemm_impl::gemv, m, 77, k, kc::gemm_out::bf16, false, ++seed);
+      run_case(*dev_, blas, kc::gemm_impl::gemv, m, 33, k, kc::gemm_out::f32, true, ++seed);
+    }
+}
+
+TEST_F(cuda_gemm, cublas_matches_reference) {
+  kc::blas_handle blas;
+  unsigned seed = 200;
+  for (const std::int64_t m : {1, 9, 37}) {
+    run_case(*dev_, blas, kc::gemm_impl::cublas, m, 130, 200, kc::gemm_out::bf16, false, ++seed);
+    run_case(*dev_, blas, kc::gemm_impl::cublas, m, 64, 96, kc::gemm_out::f32, true, ++seed);
+    run_case(*dev_, blas, kc::gemm_impl::automatic, m, 64, 96, kc::gemm_out::f32, false, ++seed);
+  }
+}
+
+TEST_F(cuda_gemm, gemv_rejects_what_it_cannot_run) {
+  kc::gemm_args a;
+  a.m = 9;
+  a.n = 4;
+  a.k = 16;
+  a.ldx = a.ldw = 16;
+  a.ldy = 4;
+  EXPECT_FALSE(kc::gemv_supported(a));
+  EXPECT_THROW(kc::gemv(a, nullptr), std::invalid_argument);
+}
+#else
+TEST_F(cuda_gemm, skipped_without_cuda) {}
+#endif
+
+}  // namespace
+}  // namespace specpipe::test
