@@ -29,6 +29,9 @@ struct model_config {
   std::int64_t num_key_value_heads = 0;
   std::int64_t head_dim = 0;  // hidden_size / num_attention_heads unless given
   std::int64_t max_position_embeddings = 0;
+  // Mistral's sliding attention window; 0 when the config has none (null):
+  // every token attends to the whole context.
+  std::int64_t sliding_window = 0;
   double rms_norm_eps = 1e-5;
   rope_config rope;
   bool tie_word_embeddings = false;

@@ -42,6 +42,9 @@ class safetensors_file {
   std::filesystem::path path_;
   void* map_ = nullptr;
   std::size_t map_bytes_ = 0;
+  // Aligned copies of the tensors that the file's layout leaves misaligned
+  // for their dtype; empty for files written by the reference writer.
+  std::vector<std::uint64_t> aligned_copy_;
   std::map<std::string, tensor_entry> tensors_;
   std::map<std::string, std::string> metadata_;
 };
@@ -62,6 +65,7 @@ class checkpoint {
 
  private:
   std::filesystem::path dir_;
+  std::filesystem::path index_file_;  // empty for a single-file checkpoint
   std::vector<std::unique_ptr<safetensors_file>> files_;
   std::map<std::string, const tensor_entry*> index_;
 };
