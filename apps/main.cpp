@@ -11,7 +11,8 @@ namespace {
 void print_usage(std::ostream& os) {
   os << "usage: specpipe <command> [flags]\n\n"
         "commands:\n"
-        "  generate   generate text from a prompt (default: the embedded model)\n\n"
+        "  generate   generate text from a prompt (default: the embedded model)\n"
+        "  trace      summarize or render a trace written by generate --trace\n\n"
         "'specpipe <command> --help' lists a command's flags.\n";
 }
 
@@ -29,6 +30,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (cmd == "generate") return run_generate(argc - 1, argv + 1);
+  if (cmd == "trace") return run_trace(argc - 1, argv + 1);
   std::cerr << "specpipe: unknown command '" << cmd << "'\n";
   print_usage(std::cerr);
   return 2;

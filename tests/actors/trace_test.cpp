@@ -5,9 +5,11 @@
 #include <boost/json.hpp>
 
 #include <sstream>
+#include <tuple>
 
 #include "actors/trace_buffer.hpp"
 #include "actors/trace_summary.hpp"
+#include "actors/trace_svg.hpp"
 
 namespace specpipe::testing {
 namespace {
@@ -118,6 +120,32 @@ TEST(TraceSummary, RejectsWhatIsNotATrace) {
     EXPECT_NE(std::string(e.what()).find("bad.json: event 1"), std::string::npos) << e.what();
   }
   EXPECT_EQ(percentile({}, 50), 0);
+}
+
+TEST(TraceSvg, OneLanePerTrackSpansAxisAndFlows) {
+  trace_buffer b;
+  b.add(span("worker 0", "decode", trace_cat::compute, 0, 1000));
+  b.add(span("transfer", "gather <rows>", trace_cat::transfer, 200, 300));
+  for (const auto& [ph, track, ts] : {std::tuple{trace_phase::flow_start, "planner", 100.0},
+                                      std::tuple{trace_phase::flow_step, "transfer", 300.0},
+                                      std::tuple{trace_phase::flow_end, "worker 0", 900.0}}) {
+    trace_event f;
+    f.phase = ph;
+    f.track = track;
+    f.name = "topk";
+    f.id = 4;
+    f.ts_us = ts;
+    b.add(f);
+  }
+  const std::string svg = render_trace_svg(roundtrip(b));
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  EXPECT_NE(svg.find("</svg>"), std::string::npos);
+  for (const char* lane : {">worker 0<", ">transfer<", ">planner<"}) EXPECT_NE(svg.find(lane), std::string::npos) << lane;
+  EXPECT_NE(svg.find("gather &lt;rows&gt;"), std::string::npos);  // names are escaped
+  EXPECT_NE(svg.find(" ms</text>"), std::string::npos);
+  std::size_t arrows = 0;
+  for (std::size_t at = 0; (at = svg.find("marker-end", at)) != std::string::npos; ++at) ++arrows;
+  EXPECT_EQ(arrows, 2u);
 }
 
 }  // namespace
