@@ -195,8 +195,9 @@ TEST(Pipeline, CancellationFreesHostStoreAndCache) {
 TEST(Pipeline, StoreExhaustionFailsOnlyThatRequest) {
   actor_runtime rt;
   auto o = fake_options();
-  // One block = 4 tokens x 16 bytes; 2 layers x 2 heads = 4 streams: 64
-  // blocks hold 64 tokens per sequence-stream set... 16 blocks = 16 tokens.
+  // A block is 4 tokens x 16-byte rows; a token takes a row in each of the
+  // 2 layers x 2 heads = 4 streams, so 16 blocks hold 16 tokens in all: the
+  // 40-token prompt cannot fit, the 2-token one with its 4 new tokens can.
   o.store_budget_bytes = 16 * 4 * 16;
   pipeline p(rt.system(), fakes(1, {}, std::make_shared<fake_counters>()), o);
   std::vector<generation_request> reqs{request_of(std::vector<std::int32_t>(40, 1), 3), request_of({2, 3}, 4)};
@@ -218,8 +219,9 @@ TEST(Pipeline, ComputeFailureBecomesAnErrorResult) {
   ASSERT_FALSE(out[0].ok);
   EXPECT_NE(out[0].error.find("worker_failed"), std::string::npos) << out[0].error;
   EXPECT_NE(out[0].error.find("injected device fault"), std::string::npos) << out[0].error;
-  // The worker itself lives on and serves the next request's first steps... until its fault recurs.
+  // Only that request failed; the scheduler counted it.
   EXPECT_EQ(p.stats().requests_failed, 1);
+  EXPECT_EQ(p.stats().requests_done, 0);
 }
 
 TEST(Pipeline, DeadWorkerFailsItsRequestsOthersComplete) {
