@@ -5,7 +5,10 @@
 
 #include "apps/cli_support.hpp"
 #include "apps/commands.hpp"
-#include "model/forward.hpp"
+#include "actors/actor_runtime.hpp"
+#include "actors/cpu_step_compute.hpp"
+#include "actors/model_sampling.hpp"
+#include "actors/pipeline.hpp"
 #include "model/generator.hpp"
 #include "model/model.hpp"
 
@@ -22,7 +25,7 @@ std::string read_file(const std::string& path) {
 
 int generate_main(int argc, char** argv) {
   po::options_description desc("specpipe generate flags");
-  std::string model_flag, prompt, prompt_file, device = "cpu";
+  std::string model_flag, prompt, prompt_file, device = "cpu", trace_file;
   std::vector<std::string> stop;
   int max_tokens = 64, threads = 0, top_k = 0;
   float temperature = 0.8f, top_p = 1.0f;
@@ -43,7 +46,8 @@ int generate_main(int argc, char** argv) {
     ("no-bos", "do not prepend the BOS token")
     ("context", po::value(&context)->default_value(0), "context length in tokens (default: the model's)")
     ("device", po::value(&device)->default_value("cpu"), "cpu or cuda")
-    ("threads", po::value(&threads)->default_value(0), "CPU threads; 0 = all cores");
+    ("threads", po::value(&threads)->default_value(0), "CPU threads; 0 = all cores")
+    ("trace", po::value(&trace_file), "write a Chrome trace of the run (open in ui.perfetto.dev)");
   po::variables_map vm;
   if (!parse_flags(argc, argv, desc, vm, "usage: specpipe generate [--model DIR] --prompt TEXT [flags]"))
     return 0;
@@ -89,13 +93,21 @@ int generate_main(int argc, char** argv) {
   std::vector<std::int32_t> eos = m.tok.eos_ids();
   eos.insert(eos.end(), m.config.eos_token_ids.begin(), m.config.eos_token_ids.end());
 
-  cpu_forward fwd(m.config, m.weights, threads);
-  auto cache = make_full_cache(m.config, max_context, &fwd.pool());
+  // The CPU backend runs through the actor pipeline: one worker, the host
+  // KV store, the transfer engine and planner, and the tracer with --trace.
+  actor_runtime runtime;
+  pipeline_options popts;
+  popts.max_context = max_context;
+  popts.max_sequences_per_worker = 1;
+  popts.trace = vm.count("trace") > 0;
+  popts.trace_file = trace_file;
+  popts.eos_ids = eos;
+  popts.detokenize = model_detokenizer(m.tok);
+  popts.make_picker = model_picker_factory();
+  pipeline pipe(runtime.system(), {make_cpu_step_compute(m.config, m.weights, {max_context, threads})}, popts);
 
   std::cout << prompt << std::flush;
-  const auto res = generate(fwd, *cache, m.tok, eos, req, max_context, [](std::string_view d) {
-    std::cout << d << std::flush;
-  });
+  const auto res = pipe.generate(1, req, [](std::string_view d) { std::cout << d << std::flush; });
   std::cout << "\n";
 
   const double pre_tps = res.prefill_seconds > 0 ? double(res.prompt_tokens) / res.prefill_seconds : 0;
@@ -104,6 +116,8 @@ int generate_main(int argc, char** argv) {
                "[prompt %lld tokens, %.1f tok/s | decode %zu tokens, %.1f tok/s | finish: %s | %s, %s]\n",
                static_cast<long long>(res.prompt_tokens), pre_tps, res.tokens.size(), dec_tps,
                res.finish_reason.c_str(), dir.filename().string().c_str(), device.c_str());
+  if (popts.trace) std::fprintf(stderr, "[trace: %llu events -> %s]\n",
+                                static_cast<unsigned long long>(pipe.flush_trace()), trace_file.c_str());
   return 0;
 }
 

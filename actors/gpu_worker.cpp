@@ -1,0 +1,90 @@
+#include "actors/gpu_worker.hpp"
+
+#include <caf/stateful_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
+#include <caf/typed_response_promise.hpp>
+
+namespace specpipe {
+namespace {
+
+struct gpu_worker_state {
+  static inline const char* name = "specpipe.gpu_worker";
+  int id = 0;
+  std::string track;
+  std::shared_ptr<step_compute> compute;  // released with the state: caches go with the actor
+  trace_sink trace;
+
+  worker_usage usage() const { return {id, compute->sequences(), compute->cache_bytes()}; }
+};
+
+gpu_worker_actor::behavior_type gpu_worker_behavior(gpu_worker_actor::stateful_pointer<gpu_worker_state> self,
+                                                    int id, std::shared_ptr<step_compute> compute, trace_sink trace) {
+  auto& st = self->state;
+  st.id = id;
+  st.track = "worker " + std::to_string(id);
+  st.compute = std::move(compute);
+  st.trace = std::move(trace);
+  return {
+      [self](step_atom, step_request& req) -> caf::result<step_result> {
+        auto& st = self->state;
+        // A response promise, so a device backend can deliver when its
+        // stream is done; the CPU backend delivers before returning.
+        auto rp = self->make_response_promise<step_result>();
+        step_result res;
+        res.step = req.step;
+        res.worker = st.id;
+        res.start_us = trace_now_us();
+        for (auto& e : req.entries) {
+          step_output out;
+          out.seq = e.seq;
+          const double t0 = trace_now_us();
+          if (e.fetched) {
+            // The rows must be there before attention reads them.
+            if (std::string err = e.fetched->done->wait(); !err.empty()) out.error = err;
+            out.wait_us = trace_now_us() - t0;
+            if (st.trace) st.trace.span(st.track, "wait rows", trace_cat::control, t0, t0 + out.wait_us);
+          }
+          const double t1 = trace_now_us();
+          if (out.error.empty()) {
+            try {
+              st.compute->run(e, out);
+            } catch (const std::exception& ex) {
+              out.error = "worker " + std::to_string(st.id) + ": request " + std::to_string(e.seq) + ": " + ex.what();
+            }
+          }
+          const double t2 = trace_now_us();
+          out.compute_us = t2 - t1;
+          if (st.trace) {
+            const char* name = e.phase == seq_phase::prefill ? "prefill" : "decode";
+            st.trace.span(st.track, name, trace_cat::compute, t1, t2,
+                          {{"seq", double(e.seq)}, {"tokens", double(e.tokens.size())}});
+            if (e.fetched) st.trace.flow(trace_phase::flow_end, st.track, "topk", e.fetched->flow, t1 + (t2 - t1) / 2);
+          }
+          res.outputs.push_back(std::move(out));
+        }
+        res.end_us = trace_now_us();
+        if (st.trace) {
+          st.trace.span(st.track, "step", trace_cat::control, res.start_us, res.end_us,
+                        {{"sequences", double(req.entries.size())}});
+          st.trace.counter(st.track, "gpu cache", {{"bytes", double(st.compute->cache_bytes())}});
+        }
+        rp.deliver(std::move(res));
+        return rp;
+      },
+      [self](free_atom, seq_id seq) -> worker_usage {
+        self->state.compute->release(seq);
+        return self->state.usage();
+      },
+      [self](usage_atom) -> worker_usage { return self->state.usage(); },
+  };
+}
+
+}  // namespace
+
+gpu_worker_actor spawn_gpu_worker(caf::actor_system& sys, int worker_id, std::shared_ptr<step_compute> compute,
+                                  trace_sink trace) {
+  if (!compute) throw std::invalid_argument("gpu worker " + std::to_string(worker_id) + ": no compute given");
+  return sys.spawn<caf::detached>(gpu_worker_behavior, worker_id, std::move(compute), std::move(trace));
+}
+
+}  // namespace specpipe

@@ -1,0 +1,163 @@
+#include "actors/kv_store.hpp"
+
+#include <cstring>
+#include <memory>
+#include <unordered_map>
+#include <unordered_set>
+
+#include <caf/stateful_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
+
+#include "actors/kv_block_table.hpp"
+#include "actors/pipeline_error.hpp"
+
+namespace specpipe {
+
+std::size_t kv_row_bytes(const kv_store_options& o) { return std::size_t(o.head_dim) * 2 * sizeof(std::uint16_t); }
+std::size_t kv_block_bytes(const kv_store_options& o) { return kv_row_bytes(o) * std::size_t(o.block_tokens); }
+
+namespace {
+
+struct kv_store_state {
+  static inline const char* name = "specpipe.kv_store";
+  kv_store_options opts;
+  std::unique_ptr<allocator> pinned;  // declared before the arena: freed after it
+  buffer arena;
+  std::unique_ptr<kv_block_table> table;
+  std::unordered_map<std::uint64_t, seq_id> leases;
+  std::unordered_map<seq_id, std::int64_t> pins;
+  std::unordered_set<seq_id> freed_while_pinned;
+  std::uint64_t next_lease = 1;
+  trace_sink trace;
+
+  kv_usage usage() const {
+    const auto u = table->usage();
+    return {u.blocks_used * std::int64_t(kv_block_bytes(opts)),
+            u.blocks_total * std::int64_t(kv_block_bytes(opts)),
+            u.blocks_used, u.blocks_total, u.sequences, u.tokens, std::int64_t(leases.size())};
+  }
+
+  void report() const {
+    if (trace) {
+      const auto u = usage();
+      trace.counter("kv store", "host store", {{"bytes_used", double(u.bytes_used)}});
+    }
+  }
+
+  void release(seq_id seq) {
+    table->free(seq);
+    freed_while_pinned.erase(seq);
+    pins.erase(seq);
+  }
+};
+
+std::string mib(std::int64_t bytes) {
+  char s[32];
+  std::snprintf(s, sizeof s, "%.2f MiB", double(bytes) / double(1 << 20));
+  return s;
+}
+
+kv_store_actor::behavior_type kv_store_behavior(kv_store_actor::stateful_pointer<kv_store_state> self,
+                                                kv_store_options opts, trace_sink trace) {
+  auto& st = self->state;
+  st.opts = opts;
+  st.trace = std::move(trace);
+  const std::int64_t blocks = std::int64_t(opts.budget_bytes / kv_block_bytes(opts));
+  st.table = std::make_unique<kv_block_table>(
+      kv_block_table_config{opts.n_layers, opts.n_kv_heads, opts.block_tokens, blocks});
+  st.pinned = make_pinned_allocator();
+  st.arena = buffer(*st.pinned, std::size_t(blocks) * kv_block_bytes(opts));
+  return {
+      [self](append_atom, const kv_append& a) -> caf::result<kv_usage> {
+        auto& st = self->state;
+        const kv_rows& r = *a.rows;
+        const std::string who = "request " + std::to_string(r.seq);
+        if (r.n_layers != st.opts.n_layers || r.n_kv_heads != st.opts.n_kv_heads ||
+            r.row_bytes != kv_row_bytes(st.opts) ||
+            r.data.size() != std::size_t(r.n_tokens) * std::size_t(r.n_layers) * std::size_t(r.n_kv_heads) * r.row_bytes)
+          return make_pipeline_error(pipeline_errc::invalid_request,
+                                     who + ": kv rows shaped " + std::to_string(r.n_layers) + " layers x " +
+                                         std::to_string(r.n_kv_heads) + " heads x " + std::to_string(r.row_bytes) +
+                                         " bytes, the store holds " + std::to_string(st.opts.n_layers) + " x " +
+                                         std::to_string(st.opts.n_kv_heads) + " x " +
+                                         std::to_string(kv_row_bytes(st.opts)));
+        if (st.freed_while_pinned.count(r.seq))
+          return make_pipeline_error(pipeline_errc::unknown_sequence, who + ": sequence was freed");
+        if (r.pos0 != st.table->length(r.seq))
+          return make_pipeline_error(pipeline_errc::invalid_request,
+                                     who + ": rows start at position " + std::to_string(r.pos0) + " but " +
+                                         std::to_string(st.table->length(r.seq)) + " are stored");
+        try {
+          st.table->append(r.seq, r.n_tokens);
+        } catch (const kv_budget_error& e) {
+          const auto bb = std::int64_t(kv_block_bytes(st.opts));
+          return make_pipeline_error(
+              pipeline_errc::store_exhausted,
+              who + ": host KV store exhausted: " + std::to_string(r.n_tokens) + " tokens need " +
+                  mib(e.needed_blocks() * bb) + " more, " + mib(e.free_blocks() * bb) + " free of the " +
+                  mib(e.total_blocks() * bb) + " budget (" + e.what() + ")");
+        }
+        auto* base = st.arena.as<std::byte>();
+        const std::byte* src = r.data.data();
+        for (std::int64_t t = 0; t < r.n_tokens; ++t)
+          for (int l = 0; l < r.n_layers; ++l)
+            for (int h = 0; h < r.n_kv_heads; ++h, src += r.row_bytes)
+              std::memcpy(base + std::size_t(st.table->row(r.seq, l, h, r.pos0 + t)) * r.row_bytes, src, r.row_bytes);
+        st.report();
+        return st.usage();
+      },
+      [self](resolve_atom, seq_id seq, std::vector<topk_selection>& sel) -> caf::result<gather_source> {
+        auto& st = self->state;
+        if (!st.table->contains(seq) || st.freed_while_pinned.count(seq))
+          return make_pipeline_error(pipeline_errc::unknown_sequence,
+                                     "request " + std::to_string(seq) + ": the host store holds no rows for it");
+        gather_source src;
+        src.seq = seq;
+        src.base = st.arena.as<const std::byte>();
+        src.row_bytes = kv_row_bytes(st.opts);
+        try {
+          for (const auto& s : sel)
+            for (const std::int64_t p : s.positions) src.rows.push_back(st.table->row(seq, s.layer, s.kv_head, p));
+        } catch (const std::out_of_range& e) {
+          return make_pipeline_error(pipeline_errc::invalid_request, "request " + std::to_string(seq) + ": " + e.what());
+        }
+        src.selections = std::move(sel);
+        src.lease = st.next_lease++;
+        st.leases[src.lease] = seq;
+        ++st.pins[seq];
+        return src;
+      },
+      [self](unpin_atom, std::uint64_t lease) {
+        auto& st = self->state;
+        const auto it = st.leases.find(lease);
+        if (it == st.leases.end()) return;
+        const seq_id seq = it->second;
+        st.leases.erase(it);
+        if (--st.pins[seq] == 0) {
+          st.pins.erase(seq);
+          if (st.freed_while_pinned.count(seq)) st.release(seq);
+        }
+        st.report();
+      },
+      [self](free_atom, seq_id seq) -> kv_usage {
+        auto& st = self->state;
+        if (const auto it = st.pins.find(seq); it != st.pins.end() && it->second > 0)
+          st.freed_while_pinned.insert(seq);  // a gather still reads it
+        else
+          st.release(seq);
+        st.report();
+        return st.usage();
+      },
+      [self](usage_atom) -> kv_usage { return self->state.usage(); },
+  };
+}
+
+}  // namespace
+
+kv_store_actor spawn_kv_store(caf::actor_system& sys, const kv_store_options& opts, trace_sink trace) {
+  if (opts.n_layers <= 0 || opts.n_kv_heads <= 0 || opts.head_dim <= 0 || opts.block_tokens <= 0)
+    throw std::invalid_argument("kv store: layers, heads, head_dim and block_tokens must be > 0");
+  return sys.spawn(kv_store_behavior, opts, std::move(trace));
+}
+
+}  // namespace specpipe

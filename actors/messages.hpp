@@ -1,0 +1,154 @@
+#pragma once
+// The data the pipeline's actors exchange. Plain structs, no CAF: the CUDA
+// side (actors/cuda/) includes this too. Type IDs and inspect overloads live
+// in actors/type_ids.hpp. Types holding shared pointers into host or device
+// memory are local-only and never cross the network.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "actors/batch_former.hpp"
+#include "actors/ids.hpp"
+#include "actors/topk_planner.hpp"
+#include "actors/transfer_event.hpp"
+#include "memory/allocator.hpp"
+
+namespace specpipe {
+
+// ---- host KV store --------------------------------------------------------
+
+// New K/V rows of one sequence: [n_tokens][n_layers][n_kv_heads][row_bytes],
+// a row being K then V of one token for one (layer, KV head), f16.
+struct kv_rows {
+  seq_id seq = 0;
+  std::int64_t pos0 = 0;
+  std::int64_t n_tokens = 0;
+  int n_layers = 0;
+  int n_kv_heads = 0;
+  std::size_t row_bytes = 0;
+  std::vector<std::byte> data;
+};
+
+struct kv_append {
+  std::shared_ptr<const kv_rows> rows;
+};
+
+struct kv_usage {
+  std::int64_t bytes_used = 0;
+  std::int64_t bytes_budget = 0;
+  std::int64_t blocks_used = 0;
+  std::int64_t blocks_total = 0;
+  std::int64_t sequences = 0;
+  std::int64_t tokens = 0;
+  std::int64_t leases = 0;  // gathers still reading the store
+};
+
+// Where a gather reads: rows of the store's arena, resolved by the store.
+// `selections` says which (layer, head, position) each row is, in order.
+// The sequence's blocks stay allocated until the lease is returned.
+struct gather_source {
+  seq_id seq = 0;
+  const std::byte* base = nullptr;
+  std::size_t row_bytes = 0;
+  std::vector<std::int64_t> rows;
+  std::vector<topk_selection> selections;
+  std::uint64_t lease = 0;
+};
+
+// ---- transfer engine ------------------------------------------------------
+
+struct gather_request {
+  flow_id flow = 0;
+  gather_source source;
+};
+
+// The rows of a gather, in staging memory of the engine's backend (host
+// memory on the CPU backend, device memory with CUDA): row i is the i-th
+// position of `selections`, layer-major. Readable once `done` completes.
+struct fetched_rows {
+  seq_id seq = 0;
+  flow_id flow = 0;
+  std::vector<topk_selection> selections;
+  std::size_t row_bytes = 0;
+  std::int64_t n_rows = 0;
+  std::shared_ptr<buffer> staging;
+  std::shared_ptr<transfer_event> done;
+
+  const std::byte* row(std::int64_t i) const { return staging->as<const std::byte>() + std::size_t(i) * row_bytes; }
+};
+
+struct fetch_ticket {
+  std::shared_ptr<const fetched_rows> rows;
+};
+
+// ---- speculation planner --------------------------------------------------
+
+struct spec_request {
+  std::shared_ptr<const spec_scores> scores;
+};
+
+// ---- gpu worker -------------------------------------------------------------
+
+// One sequence's part of a step: prefill runs the prompt, decode one token,
+// at positions pos0 .. pos0 + tokens.size() - 1 of its cache. A cache mode
+// that reads prefetched rows gets them in `fetched` (wait on fetched->done
+// before reading).
+struct step_entry {
+  seq_id seq = 0;
+  seq_phase phase = seq_phase::decode;
+  std::vector<std::int32_t> tokens;
+  std::int64_t pos0 = 0;
+  std::shared_ptr<const fetched_rows> fetched;
+};
+
+struct step_request {
+  std::uint64_t step = 0;
+  std::vector<step_entry> entries;
+};
+
+// A sequence's outcome of a step. `error` non-empty: this sequence failed
+// (the others of the step may have succeeded). `scores`: speculative
+// attention for the planner; `needed`: the rows the real query used (hit
+// statistics). Both empty for the full-precision cache.
+struct step_output {
+  seq_id seq = 0;
+  std::string error;
+  std::vector<float> logits;  // [vocab] for the entry's last token
+  std::shared_ptr<const kv_rows> rows;
+  std::shared_ptr<const spec_scores> scores;
+  std::vector<topk_selection> needed;
+  std::int64_t cache_length = 0;  // after the step
+  double compute_us = 0;          // forward time inside the worker
+  double wait_us = 0;             // time waiting on fetched rows
+};
+
+struct step_result {
+  std::uint64_t step = 0;
+  int worker = 0;
+  double start_us = 0, end_us = 0;
+  std::vector<step_output> outputs;
+};
+
+struct worker_usage {
+  int worker = 0;
+  std::int64_t sequences = 0;
+  std::int64_t cache_bytes = 0;
+};
+
+// ---- scheduler --------------------------------------------------------------
+
+struct scheduler_stats {
+  std::int64_t requests_done = 0;
+  std::int64_t requests_failed = 0;
+  std::int64_t steps = 0;
+  std::int64_t decode_steps = 0;
+  // Summed over decode steps: from sending the step to handling its result
+  // (scheduler side), and the forward time inside the worker. Their
+  // difference is what the messages cost.
+  double decode_roundtrip_us = 0;
+  double decode_compute_us = 0;
+};
+
+}  // namespace specpipe

@@ -1,0 +1,352 @@
+#include "actors/scheduler.hpp"
+
+#include <algorithm>
+#include <deque>
+#include <limits>
+#include <map>
+
+#include <caf/send.hpp>
+#include <caf/stateful_actor.hpp>
+#include <caf/system_messages.hpp>
+#include <caf/typed_event_based_actor.hpp>
+#include <caf/typed_response_promise.hpp>
+
+#include "actors/pipeline_error.hpp"
+
+namespace specpipe {
+namespace {
+
+constexpr std::size_t no_worker = std::numeric_limits<std::size_t>::max();
+
+struct sequence {
+  std::uint64_t id = 0;
+  generation_request req;
+  caf::actor sink;
+  caf::typed_response_promise<generation_result> promise;
+  std::size_t worker = no_worker;
+  seq_phase phase = seq_phase::prefill;
+  std::uint64_t arrival = 0;
+  token_picker pick;
+  text_stream text;
+  std::int64_t cache_length = 0;
+  std::int32_t next_token = 0;
+  generation_result res;
+  double decode_start_us = 0;
+  bool in_step = false;
+  bool awaiting_plan = false;
+  std::shared_ptr<const fetched_rows> fetched;  // for the next step
+};
+
+struct worker_slot {
+  gpu_worker_actor actor;
+  bool alive = true;
+  bool busy = false;
+  std::int64_t sequences = 0;
+};
+
+struct scheduler_state {
+  static inline const char* name = "specpipe.scheduler";
+  scheduler_options opts;
+  std::unique_ptr<batch_former> former;
+  std::map<std::uint64_t, sequence> seqs;
+  std::deque<std::uint64_t> pending;  // admitted, waiting for a worker seat
+  std::vector<worker_slot> workers;
+  std::uint64_t next_arrival = 0;
+  std::uint64_t next_step = 1;
+  scheduler_stats stats;
+};
+
+using self_ptr = scheduler_actor::stateful_pointer<scheduler_state>;
+
+void kick(self_ptr self, std::size_t w);
+
+// Frees what a sequence holds (store rows, worker cache, planner memory) and
+// forgets it. The caller has answered its promise.
+void drop(self_ptr self, std::uint64_t id) {
+  auto& st = self->state;
+  const auto it = st.seqs.find(id);
+  if (it == st.seqs.end()) return;
+  const std::size_t w = it->second.worker;
+  st.seqs.erase(it);
+  st.pending.erase(std::remove(st.pending.begin(), st.pending.end(), id), st.pending.end());
+  const auto timeout = st.opts.step_timeout;
+  // Failures to free are not the client's business any more: ignored.
+  self->request(st.opts.store, timeout, free_atom_v, seq_id(id)).then([](kv_usage&) {}, [](caf::error&) {});
+  if (st.opts.planner) self->send(st.opts.planner, free_atom_v, seq_id(id));
+  if (w != no_worker) {
+    auto& slot = st.workers[w];
+    --slot.sequences;
+    if (slot.alive) self->request(slot.actor, timeout, free_atom_v, seq_id(id)).then([](worker_usage&) {}, [](caf::error&) {});
+  }
+}
+
+void fail(self_ptr self, std::uint64_t id, const caf::error& err) {
+  auto& st = self->state;
+  const auto it = st.seqs.find(id);
+  if (it == st.seqs.end()) return;
+  ++st.stats.requests_failed;
+  it->second.promise.deliver(err);
+  drop(self, id);
+}
+
+void finish(self_ptr self, sequence& s, const char* reason) {
+  auto& st = self->state;
+  if (std::string rest = s.text.flush(); !rest.empty() && s.sink)
+    caf::anon_send(s.sink, delta_atom_v, s.id, std::int32_t(-1), std::move(rest));
+  s.res.tokens = s.text.tokens();
+  s.res.text = s.text.text();
+  s.res.finish_reason = reason;
+  s.res.decode_seconds = s.decode_start_us > 0 ? (trace_now_us() - s.decode_start_us) / 1e6 : 0;
+  ++st.stats.requests_done;
+  s.promise.deliver(std::move(s.res));
+  drop(self, s.id);
+}
+
+// Seats waiting sequences on the live worker with the fewest sequences.
+void seat_pending(self_ptr self) {
+  auto& st = self->state;
+  while (!st.pending.empty()) {
+    std::size_t best = no_worker;
+    bool any_alive = false;
+    for (std::size_t w = 0; w < st.workers.size(); ++w) {
+      const auto& slot = st.workers[w];
+      any_alive = any_alive || slot.alive;
+      if (!slot.alive || slot.sequences >= st.opts.max_sequences_per_worker) continue;
+      if (best == no_worker || slot.sequences < st.workers[best].sequences) best = w;
+    }
+    if (!any_alive) {
+      const auto id = st.pending.front();
+      fail(self, id, make_pipeline_error(pipeline_errc::no_worker, "request " + std::to_string(id) +
+                                                                      ": every worker has failed"));
+      continue;
+    }
+    if (best == no_worker) return;  // all seats taken: wait for a sequence to end
+    const auto id = st.pending.front();
+    st.pending.pop_front();
+    st.seqs.at(id).worker = best;
+    ++st.workers[best].sequences;
+    kick(self, best);
+  }
+}
+
+// A worker is gone or stuck: its sequences fail, it gets no more steps.
+void lose_worker(self_ptr self, std::size_t w, const std::string& why) {
+  auto& st = self->state;
+  auto& slot = st.workers[w];
+  if (!slot.alive) return;
+  slot.alive = false;
+  std::vector<std::uint64_t> victims;
+  for (const auto& [id, s] : st.seqs)
+    if (s.worker == w) victims.push_back(id);
+  for (const auto id : victims)
+    fail(self, id, make_pipeline_error(pipeline_errc::worker_failed,
+                                       "request " + std::to_string(id) + ": worker " + std::to_string(w) + " " + why));
+  seat_pending(self);
+}
+
+// One sampled token: streams it and decides whether the sequence goes on.
+// Returns false when the sequence ended (and is gone).
+bool take_token(self_ptr self, sequence& s, std::int32_t tok) {
+  const auto& o = self->state.opts;
+  if (!s.req.ignore_eos && std::find(o.eos_ids.begin(), o.eos_ids.end(), tok) != o.eos_ids.end()) {
+    finish(self, s, "stop");
+    return false;
+  }
+  auto pushed = s.text.push(tok);
+  if (pushed.stopped) {
+    finish(self, s, "stop");
+    return false;
+  }
+  if (s.sink) caf::anon_send(s.sink, delta_atom_v, s.id, tok, std::move(pushed.delta));
+  if (std::int64_t(s.text.tokens().size()) >= s.req.max_tokens || s.cache_length >= o.max_context) {
+    finish(self, s, "length");
+    return false;
+  }
+  s.next_token = tok;
+  s.phase = seq_phase::decode;
+  return true;
+}
+
+void on_step_result(self_ptr self, std::size_t w, double sent_us, step_result& res) {
+  auto& st = self->state;
+  const double got_us = trace_now_us();
+  st.workers[w].busy = false;
+  bool any_decode = false;
+  double compute_us = 0;
+  for (auto& out : res.outputs) {
+    const auto it = st.seqs.find(out.seq);
+    if (it == st.seqs.end()) continue;  // cancelled while the step ran
+    sequence& s = it->second;
+    s.in_step = false;
+    if (!out.error.empty()) {
+      fail(self, s.id, make_pipeline_error(pipeline_errc::worker_failed, out.error));
+      continue;
+    }
+    compute_us += out.compute_us;
+    const bool was_prefill = s.phase == seq_phase::prefill;
+    any_decode = any_decode || !was_prefill;
+    s.cache_length = out.cache_length;
+    if (out.rows) {
+      const std::uint64_t id = s.id;
+      self->request(st.opts.store, st.opts.step_timeout, append_atom_v, kv_append{out.rows})
+          .then([](kv_usage&) {}, [self, id](caf::error& e) { fail(self, id, e); });
+    }
+    if (st.opts.planner && !out.needed.empty()) self->send(st.opts.planner, needed_atom_v, s.id, out.needed);
+    if (was_prefill) {
+      s.res.prefill_seconds = (got_us - sent_us) / 1e6;
+      s.decode_start_us = got_us;
+      if (s.req.max_tokens == 0) {
+        finish(self, s, "length");
+        continue;
+      }
+    } else {
+      ++s.res.decode_forwards;
+    }
+    if (!take_token(self, s, s.pick(out.logits))) continue;
+    if (st.opts.planner && out.scores) {
+      s.awaiting_plan = true;
+      const std::uint64_t id = s.id;
+      self->request(st.opts.planner, st.opts.step_timeout, plan_atom_v, spec_request{out.scores})
+          .then(
+              [self, id](fetch_ticket& t) {
+                const auto it = self->state.seqs.find(id);
+                if (it == self->state.seqs.end()) return;
+                it->second.fetched = std::move(t.rows);
+                it->second.awaiting_plan = false;
+                kick(self, it->second.worker);
+              },
+              [self, id](caf::error& e) { fail(self, id, e); });
+    }
+  }
+  ++st.stats.steps;
+  if (any_decode) {
+    ++st.stats.decode_steps;
+    st.stats.decode_roundtrip_us += got_us - sent_us;
+    st.stats.decode_compute_us += compute_us;
+  }
+  if (st.opts.trace) st.opts.trace.span("scheduler", "step round trip", trace_cat::control, sent_us, got_us,
+                                        {{"worker", double(w)}, {"sequences", double(res.outputs.size())}});
+  seat_pending(self);
+  kick(self, w);
+}
+
+void kick(self_ptr self, std::size_t w) {
+  auto& st = self->state;
+  if (w == no_worker || w >= st.workers.size()) return;
+  auto& slot = st.workers[w];
+  if (!slot.alive || slot.busy) return;
+  std::vector<batch_candidate> cands;
+  for (const auto& [id, s] : st.seqs)
+    if (s.worker == w && !s.in_step && !s.awaiting_plan)
+      cands.push_back({id, s.phase, s.phase == seq_phase::prefill ? std::int64_t(s.req.prompt.size()) : 1, s.arrival});
+  if (cands.empty()) return;
+  const batch_plan plan = (*st.former)(cands);
+  if (plan.step.empty()) return;
+  step_request req;
+  req.step = st.next_step++;
+  std::vector<std::uint64_t> ids;
+  for (const auto& c : plan.step) {
+    sequence& s = st.seqs.at(c.seq);
+    step_entry e;
+    e.seq = s.id;
+    e.phase = s.phase;
+    e.pos0 = s.cache_length;
+    e.tokens = s.phase == seq_phase::prefill ? s.req.prompt : std::vector<std::int32_t>{s.next_token};
+    e.fetched = std::move(s.fetched);
+    s.fetched.reset();
+    s.in_step = true;
+    ids.push_back(s.id);
+    req.entries.push_back(std::move(e));
+  }
+  slot.busy = true;
+  const double sent_us = trace_now_us();
+  self->request(slot.actor, st.opts.step_timeout, step_atom_v, std::move(req))
+      .then([self, w, sent_us](step_result& res) { on_step_result(self, w, sent_us, res); },
+            [self, w, ids](caf::error& e) {
+              auto& st = self->state;
+              st.workers[w].busy = false;
+              // A timeout or a dead worker: the worker is lost; its other
+              // sequences cannot be trusted to progress either.
+              lose_worker(self, w, "failed during a step: " + describe(e));
+              for (const auto id : ids) fail(self, id, make_pipeline_error(pipeline_errc::worker_failed, describe(e)));
+            });
+}
+
+caf::error validate(const scheduler_state& st, std::uint64_t id, const generation_request& req) {
+  auto bad = [&](const std::string& what) {
+    return make_pipeline_error(pipeline_errc::invalid_request, "request " + std::to_string(id) + ": " + what);
+  };
+  if (st.seqs.count(id)) return bad("id is already in use by a running request");
+  if (req.prompt.empty()) return bad("prompt: is empty (nothing to condition on)");
+  for (std::size_t i = 0; i < req.prompt.size(); ++i)
+    if (req.prompt[i] < 0 || req.prompt[i] >= st.opts.vocab_size)
+      return bad("prompt: token " + std::to_string(i) + " has id " + std::to_string(req.prompt[i]) +
+                 ", outside the vocabulary of " + std::to_string(st.opts.vocab_size));
+  if (std::int64_t(req.prompt.size()) > st.opts.max_context)
+    return bad("prompt: " + std::to_string(req.prompt.size()) + " tokens do not fit the context of " +
+               std::to_string(st.opts.max_context) + " tokens");
+  if (req.max_tokens < 0) return bad("max_tokens: must be >= 0");
+  return {};
+}
+
+scheduler_actor::behavior_type scheduler_behavior(self_ptr self, scheduler_options opts) {
+  auto& st = self->state;
+  st.former = std::make_unique<batch_former>(opts.capacity, opts.policy);
+  for (const auto& w : opts.workers) {
+    st.workers.push_back({w, true, false, 0});
+    self->monitor(w);
+  }
+  st.opts = std::move(opts);
+  self->set_down_handler([self](caf::down_msg& dm) {
+    auto& st = self->state;
+    for (std::size_t w = 0; w < st.workers.size(); ++w)
+      if (st.workers[w].actor.address() == dm.source)
+        lose_worker(self, w, "exited (" + caf::to_string(dm.reason) + ")");
+  });
+  return {
+      [self](generate_atom, std::uint64_t id, generation_request& req,
+             caf::actor sink) -> caf::result<generation_result> {
+        auto& st = self->state;
+        if (auto err = validate(st, id, req)) {
+          ++st.stats.requests_failed;
+          return err;
+        }
+        token_picker pick;
+        try {
+          pick = st.opts.make_picker(req.sampling);
+        } catch (const std::exception& e) {
+          ++st.stats.requests_failed;
+          return make_pipeline_error(pipeline_errc::invalid_request, "request " + std::to_string(id) + ": " + e.what());
+        }
+        sequence s{id, std::move(req), std::move(sink), self->make_response_promise<generation_result>(),
+                   no_worker, seq_phase::prefill, st.next_arrival++, std::move(pick),
+                   text_stream({}, st.opts.detokenize)};
+        s.text = text_stream(s.req.stop, st.opts.detokenize);
+        s.res.prompt_tokens = std::int64_t(s.req.prompt.size());
+        auto promise = s.promise;
+        st.seqs.emplace(id, std::move(s));
+        st.pending.push_back(id);
+        seat_pending(self);
+        return promise;
+      },
+      [self](cancel_atom, std::uint64_t id) -> bool {
+        if (!self->state.seqs.count(id)) return false;
+        fail(self, id, make_pipeline_error(pipeline_errc::cancelled, "request " + std::to_string(id) + ": cancelled"));
+        return true;
+      },
+      [self](stats_atom) { return self->state.stats; },
+  };
+}
+
+}  // namespace
+
+scheduler_actor spawn_scheduler(caf::actor_system& sys, scheduler_options opts) {
+  if (opts.workers.empty()) throw std::invalid_argument("scheduler: no workers given");
+  if (!opts.store) throw std::invalid_argument("scheduler: no kv store given");
+  if (!opts.detokenize || !opts.make_picker) throw std::invalid_argument("scheduler: detokenize and make_picker are required");
+  if (opts.max_context <= 0 || opts.vocab_size <= 0)
+    throw std::invalid_argument("scheduler: max_context and vocab_size must be > 0");
+  return sys.spawn(scheduler_behavior, std::move(opts));
+}
+
+}  // namespace specpipe
