@@ -65,12 +65,14 @@ int bench_main(int argc, char** argv) {
     ("warmup", po::value(&o.warmup)->default_value(5), "untimed runs before timing")
     ("json", po::value(&json_path), "also write the results as JSON to this file")
     ("kernels", "time decode attention and the decode GEMV alone against their rooflines")
-    ("no-graphs", "launch decode kernels one by one instead of replaying a CUDA graph");
+    ("no-graphs", "launch decode kernels one by one instead of replaying a CUDA graph")
+    ("no-overlap", "launch the GEMVs normally instead of as programmatic dependents (PDL)");
   po::variables_map vm;
   if (!parse_flags(argc, argv, desc, vm, "usage: specpipe bench (--preset NAME | --model DIR) [flags]")) return 0;
 
   o.kernels = vm.count("kernels") > 0;
   o.graphs = vm.count("no-graphs") == 0;
+  o.overlap = vm.count("no-overlap") == 0;
   o.device = device;
   if (device != "cuda" && device != "cpu") throw usage_error("--device: '" + device + "' is not one of cpu, cuda");
   if (vm.count("preset") && vm.count("model")) throw usage_error("--preset and --model are exclusive");

@@ -23,6 +23,7 @@ struct bench_options {
   int warmup = 5;
   bool kernels = false;
   bool graphs = true;
+  bool overlap = true;  // GEMVs as programmatic dependent launches (cuda_forward_options)
 };
 
 // One measured (or skipped) configuration.

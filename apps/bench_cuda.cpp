@@ -114,7 +114,7 @@ void kernel_points(const bench_options& o, bench_report& r, const kc::device_pro
     kc::fill_uniform_bf16(w.as<std::uint16_t>(), n * kk, -0.02f, 0.02f, 7, st.get());
     kc::fill_uniform_bf16(x.as<std::uint16_t>(), 8 * kk, -1, 1, 8, st.get());
     kc::blas_handle blas;
-    for (const std::int64_t m : {1, 8})
+    for (const std::int64_t m : {1, 2, 4, 8})
       for (const auto impl : {kc::gemm_impl::gemv, kc::gemm_impl::cublas}) {
         kc::gemm_args g;
         g.x = x.as<std::uint16_t>();
@@ -172,13 +172,19 @@ bench_report run_cuda_bench(const bench_options& o) {
     return t;
   };
 
-  if (o.prefill_tokens > 0) {
+  // Prefill with the tensor-core (cuBLAS) attention, then with the CUDA-core
+  // flash kernel of v1 as the baseline of the same run.
+  for (const bool tensor_cores : {true, false}) {
+    if (o.prefill_tokens <= 0) break;
     cuda_forward_options fo;
     fo.max_batch = 1;
     fo.max_context = o.prefill_tokens;
     fo.use_graphs = o.graphs;
+    fo.overlap_launch = o.overlap;
+    fo.prefill_attention_cublas = tensor_cores;
+    const std::string how = tensor_cores ? "cuBLAS attention" : "flash attention (CUDA cores)";
     if (cuda_forward::device_bytes(c, fo) > kc::query_memory().free) {
-      r.points.push_back({"prefill", 1, o.prefill_tokens, true, "does not fit in free GPU memory"});
+      r.points.push_back({"prefill", 1, o.prefill_tokens, true, how + ": does not fit in free GPU memory"});
     } else {
       cuda_forward fwd(*gpu, fo);
       const auto prompt = tokens(std::size_t(o.prefill_tokens));
@@ -188,7 +194,7 @@ bench_report run_cuda_bench(const bench_options& o) {
         fwd.prefill(0, prompt);
       });
       r.points.push_back({"prefill", 1, o.prefill_tokens, false,
-                          "chunks of " + std::to_string(fo.prefill_chunk), t.median, t.spread,
+                          "chunks of " + std::to_string(fo.prefill_chunk) + ", " + how, t.median, t.spread,
                           double(o.prefill_tokens) / (t.median * 1e-3), wbytes, 0, used_gib()});
     }
   }
@@ -199,7 +205,9 @@ bench_report run_cuda_bench(const bench_options& o) {
       fo.max_batch = int(b);
       fo.max_context = ctx + o.warmup + o.repeats + 2;
       fo.prefill_chunk = 16;  // decode-only: keep the prefill scratch small
+      fo.prefill_attention_cublas = false;
       fo.use_graphs = o.graphs;
+      fo.overlap_launch = o.overlap;
       const std::size_t need = cuda_forward::device_bytes(c, fo);
       const std::size_t free = kc::query_memory().free;
       if (need + (std::size_t(512) << 20) > free) {
@@ -219,7 +227,9 @@ bench_report run_cuda_bench(const bench_options& o) {
       // Per step: every weight once, and each sequence's K/V (about ctx rows
       // per layer; the steps add warmup + repeats rows at most).
       const double bytes = wbytes + double(b) * double(ctx) * kv_tok;
-      r.points.push_back({"decode", b, ctx, false, o.graphs ? "CUDA graph" : "eager launches", t.median, t.spread,
+      const std::string how = std::string(o.graphs ? "CUDA graph" : "eager launches") +
+                              (o.overlap ? ", PDL GEMVs" : ", no PDL");
+      r.points.push_back({"decode", b, ctx, false, how, t.median, t.spread,
                           double(b) / (t.median * 1e-3), bytes, bytes / r.copy_bandwidth * 1e3, used_gib()});
     }
   return r;

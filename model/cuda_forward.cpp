@@ -33,6 +33,15 @@ namespace {
 std::int64_t scratch_rows(const cuda_forward_options& o) {
   return std::max<std::int64_t>(o.max_batch, o.prefill_chunk);
 }
+// Scores and probabilities of the tensor-core prefill attention: f32 + bf16
+// per (head, query, key), for a whole chunk at the full context when that
+// fits the budget, else for thinner passes (prefill_attention_cublas).
+std::size_t prefill_scratch_bytes(const model_config& c, const cuda_forward_options& o) {
+  if (!o.prefill_attention_cublas) return 0;
+  const std::size_t keys = (std::size_t(o.max_context) + 7) / 8 * 8;
+  const std::size_t full = std::size_t(c.num_attention_heads) * std::size_t(o.prefill_chunk) * keys * 6;
+  return std::min(full, o.prefill_scratch_bytes);
+}
 }  // namespace
 
 std::size_t cuda_forward::device_bytes(const model_config& c, const cuda_forward_options& o) {
@@ -44,7 +53,7 @@ std::size_t cuda_forward::device_bytes(const model_config& c, const cuda_forward
   const std::size_t logits = std::size_t(o.max_batch) * std::size_t(c.vocab_size) * 4;
   const std::size_t partial = std::size_t(o.max_batch) * std::size_t(c.num_attention_heads) *
                               std::size_t(o.max_splits) * std::size_t(c.head_dim + 2) * 4;
-  return kv + act + logits + partial + (std::size_t(32) << 20) /* cuBLAS workspace */;
+  return kv + act + logits + partial + prefill_scratch_bytes(c, o) + (std::size_t(32) << 20) /* cuBLAS workspace */;
 }
 
 #ifndef SPECPIPE_HAVE_CUDA
@@ -83,6 +92,7 @@ struct cuda_forward::impl {
   std::int64_t rows = 0;  // scratch rows
   buffer kv;              // [layer][k|v][slot][kv_head][capacity][head_dim] bf16
   buffer x, xn, qkv, attn, gu, act, logits, partial;
+  buffer scores;     // prefill attention S and P (prefill_scratch_bytes(), may be empty)
   buffer ints_dev;   // int32 [4][rows]: tokens, slots, positions, lens
   buffer ints_host;  // pinned mirror
   buffer selected;   // int32 [max_batch]
@@ -90,6 +100,7 @@ struct cuda_forward::impl {
   std::map<int, kc::graph> graphs;  // decode batch size -> captured step
   std::map<int, int> eager_runs;    // decode batch size -> eager steps so far
   std::int64_t last_rows = 0;       // logits rows of the last forward
+  int attention_blocks_per_sm = 2;  // resident decode-attention blocks (occupancy)
 
   impl(const cuda_model::impl& m, const cuda_forward_options& o) : w(m), c(m.config), opt(o) {
     kc::set_device(m.device);
@@ -108,10 +119,18 @@ struct cuda_forward::impl {
     logits = buffer(*dev, std::size_t(opt.max_batch) * std::size_t(c.vocab_size) * 4);
     partial = buffer(*dev, kc::decode_attention_scratch_floats(opt.max_batch, int(c.num_attention_heads),
                                                                int(c.head_dim), opt.max_splits) * 4);
+    if (const std::size_t sb = prefill_scratch_bytes(c, opt); sb > 0) scores = buffer(*dev, sb);
     ints_dev = buffer(*dev, 4 * r * 4);
     ints_host = buffer(*pinned, 4 * r * 4);
     selected = buffer(*dev, std::size_t(opt.max_batch) * 4);
     lengths.assign(std::size_t(opt.max_batch), 0);
+    try {
+      attention_blocks_per_sm = kc::decode_attention_blocks_per_sm(int(c.num_attention_heads),
+                                                                   int(c.num_key_value_heads), int(c.head_dim));
+    } catch (const std::invalid_argument&) {
+      // A head shape the decode kernel lacks (e.g. head_dim 16): prefill
+      // still works; decode() reports the same error when it is called.
+    }
   }
 
   std::int64_t qkv_dim() const { return c.q_dim() + 2 * c.kv_dim(); }
@@ -124,8 +143,9 @@ struct cuda_forward::impl {
   std::int32_t* dev_ints(int which) const { return ints_dev.as<std::int32_t>() + which * rows; }
   std::int32_t* host_ints(int which) const { return ints_host.as<std::int32_t>() + which * rows; }
 
-  void gemm(const std::uint16_t* in, std::int64_t ldx, const std::uint16_t* wt, void* out, std::int64_t ldy,
-            kc::gemm_out type, bool acc, std::int64_t m, std::int64_t n, std::int64_t k) {
+  kc::gemm_args gemm_args(const std::uint16_t* in, std::int64_t ldx, const std::uint16_t* wt, void* out,
+                          std::int64_t ldy, kc::gemm_out type, bool acc, std::int64_t m, std::int64_t n,
+                          std::int64_t k) const {
     kc::gemm_args a;
     a.x = in;
     a.ldx = ldx;
@@ -138,7 +158,28 @@ struct cuda_forward::impl {
     a.m = m;
     a.n = n;
     a.k = k;
-    kc::gemm(blas.get(), a, st.get(), opt.gemm);
+    a.overlap_launch = opt.overlap_launch;
+    return a;
+  }
+  void gemm(const std::uint16_t* in, std::int64_t ldx, const std::uint16_t* wt, void* out, std::int64_t ldy,
+            kc::gemm_out type, bool acc, std::int64_t m, std::int64_t n, std::int64_t k) {
+    kc::gemm(blas.get(), gemm_args(in, ldx, wt, out, ldy, type, acc, m, n, k), st.get(), opt.gemm);
+  }
+  // x += silu(g) * u Wdown^T: where the GEMV runs it, the SwiGLU is fused into
+  // its input load (one launch and one round trip of `act` less per layer).
+  void mlp_down(const cuda_layer& L, std::int64_t m) {
+    const std::int64_t h = c.hidden_size, inter = c.intermediate_size;
+    const auto plain = gemm_args(act.as<std::uint16_t>(), inter, L.wdown.as<std::uint16_t>(), x.data(), h,
+                                 kc::gemm_out::f32, true, m, h, inter);
+    auto fused = gemm_args(gu.as<std::uint16_t>(), 2 * inter, L.wdown.as<std::uint16_t>(), x.data(), h,
+                           kc::gemm_out::f32, true, m, h, inter);
+    fused.in = kc::gemm_in::swiglu;
+    if (kc::gemm_resolve(plain, opt.gemm) == kc::gemm_impl::gemv && kc::gemv_supported(fused)) {
+      kc::gemv(fused, st.get());
+      return;
+    }
+    kc::swiglu(gu.as<std::uint16_t>(), 2 * inter, act.as<std::uint16_t>(), inter, m, inter, st.get());
+    kc::gemm(blas.get(), plain, st.get(), opt.gemm);
   }
 
   // The layers for m rows whose tokens/slots/positions/lens are on the
@@ -186,7 +227,9 @@ struct cuda_forward::impl {
         pa.n_kv_heads = int(c.num_key_value_heads);
         pa.head_dim = int(c.head_dim);
         pa.scale = scale;
-        kc::prefill_attention(pa, st.get());
+        if (!opt.prefill_attention_cublas ||
+            !kc::prefill_attention_cublas(blas.get(), pa, scores.data(), scores.size(), st.get()))
+          kc::prefill_attention(pa, st.get());
       } else {
         kc::decode_attention_args da;
         da.q = qkv.as<std::uint16_t>();
@@ -207,7 +250,7 @@ struct cuda_forward::impl {
         // fixed so the step can be replayed as a graph; each sequence is
         // still cut into equal parts of its own length on the device.
         da.splits = kc::decode_attention_splits(int(m), int(c.num_key_value_heads), opt.max_context,
-                                                props.sm_count, opt.max_splits);
+                                                props.sm_count, opt.max_splits, attention_blocks_per_sm);
         da.scale = scale;
         kc::decode_attention(da, st.get());
       }
@@ -215,9 +258,7 @@ struct cuda_forward::impl {
       kc::rmsnorm(x.as<float>(), h, nullptr, 0, L.mlp_norm.as<float>(), xn.as<std::uint16_t>(), h, m, h, eps, st.get());
       gemm(xn.as<std::uint16_t>(), h, L.wgu.as<std::uint16_t>(), gu.data(), 2 * inter, kc::gemm_out::bf16, false, m,
            2 * inter, h);
-      kc::swiglu(gu.as<std::uint16_t>(), 2 * inter, act.as<std::uint16_t>(), inter, m, inter, st.get());
-      gemm(act.as<std::uint16_t>(), inter, L.wdown.as<std::uint16_t>(), x.data(), h, kc::gemm_out::f32, true, m, h,
-           inter);
+      mlp_down(L, m);
     }
     if (logit_rows == 0) return;  // an inner prefill chunk: no logits
     const std::int64_t first = m - logit_rows;

@@ -56,6 +56,11 @@ struct cuda_forward_options {
   std::int64_t prefill_chunk = 512;  // tokens per prefill forward
   int max_splits = 128;              // flash-decoding splits per sequence, at most
   bool use_graphs = true;            // replay decode steps as CUDA graphs
+  bool overlap_launch = true;        // GEMVs as programmatic dependent launches (sm_90 PDL)
+  // Prefill attention on the tensor cores (cuBLAS, scores through a scratch
+  // of at most prefill_scratch_bytes) instead of the CUDA-core flash kernel.
+  bool prefill_attention_cublas = true;
+  std::size_t prefill_scratch_bytes = std::size_t(256) << 20;
   kernels::cuda::gemm_impl gemm = kernels::cuda::gemm_impl::automatic;
 };
 

@@ -54,17 +54,25 @@ std::size_t stream_safe_prefix(std::string_view text, const std::vector<std::str
   return safe;
 }
 
-generation_result generate(cpu_forward& fwd, cache_policy& cache, const tokenizer& tok,
-                           const std::vector<std::int32_t>& eos_ids, const generation_request& req,
-                           std::int64_t max_context, const text_sink& on_text) {
-  const auto& cfg = fwd.config();
+cpu_decode_backend::cpu_decode_backend(cpu_forward& fwd, cache_policy& cache, const sampling_params& sampling)
+    : fwd_(fwd), cache_(cache), sampler_(sampling), logits_(std::size_t(fwd.config().vocab_size)) {}
+
+std::int64_t cpu_decode_backend::vocab_size() const { return fwd_.config().vocab_size; }
+std::int64_t cpu_decode_backend::length() const { return cache_.length(0); }
+void cpu_decode_backend::prefill(std::span<const std::int32_t> tokens) { fwd_.forward(tokens, cache_, logits_); }
+void cpu_decode_backend::step(std::int32_t token) { fwd_.forward(std::span(&token, 1), cache_, logits_); }
+std::int32_t cpu_decode_backend::pick(std::int64_t) { return sampler_.sample(logits_); }
+
+generation_result generate(decode_backend& backend, const tokenizer& tok, const std::vector<std::int32_t>& eos_ids,
+                           const generation_request& req, std::int64_t max_context, const text_sink& on_text) {
+  const std::int64_t vocab = backend.vocab_size();
   if (req.prompt.empty()) throw std::invalid_argument("prompt: is empty (nothing to condition on)");
   for (std::size_t i = 0; i < req.prompt.size(); ++i)
-    if (req.prompt[i] < 0 || req.prompt[i] >= cfg.vocab_size)
+    if (req.prompt[i] < 0 || req.prompt[i] >= vocab)
       throw std::invalid_argument("prompt: token " + std::to_string(i) + " has id " +
                                   std::to_string(req.prompt[i]) + ", outside the vocabulary of " +
-                                  std::to_string(cfg.vocab_size));
-  if (std::int64_t(req.prompt.size()) + cache.length(0) > max_context)
+                                  std::to_string(vocab));
+  if (std::int64_t(req.prompt.size()) + backend.length() > max_context)
     throw std::invalid_argument("prompt: " + std::to_string(req.prompt.size()) +
                                 " tokens do not fit the context of " + std::to_string(max_context) +
                                 " tokens");
@@ -73,18 +81,16 @@ generation_result generate(cpu_forward& fwd, cache_policy& cache, const tokenize
 
   generation_result res;
   res.prompt_tokens = std::int64_t(req.prompt.size());
-  std::vector<float> logits(std::size_t(cfg.vocab_size));
-  sampler pick(req.sampling);
 
   auto t0 = clock_type::now();
-  fwd.forward(req.prompt, cache, logits);
+  backend.prefill(req.prompt);
   res.prefill_seconds = seconds_since(t0);
 
   std::size_t shown = 0;  // bytes of res.text already streamed
   auto t1 = clock_type::now();
   res.finish_reason = "length";
   for (std::int32_t step = 0; step < req.max_tokens; ++step) {
-    const std::int32_t next = pick.sample(logits);
+    const std::int32_t next = backend.pick(step);
     if (!req.ignore_eos && std::find(eos_ids.begin(), eos_ids.end(), next) != eos_ids.end()) {
       res.finish_reason = "stop";
       break;
@@ -104,14 +110,20 @@ generation_result generate(cpu_forward& fwd, cache_policy& cache, const tokenize
       }
     }
     if (step + 1 == req.max_tokens) break;
-    if (cache.length(0) >= max_context) break;  // context full: finish with "length"
-    const std::int32_t one[1] = {next};
-    fwd.forward(one, cache, logits);
+    if (backend.length() >= max_context) break;  // context full: finish with "length"
+    backend.step(next);
     ++res.decode_forwards;
   }
   res.decode_seconds = seconds_since(t1);
   if (on_text && res.text.size() > shown) on_text(std::string_view(res.text).substr(shown));
   return res;
+}
+
+generation_result generate(cpu_forward& fwd, cache_policy& cache, const tokenizer& tok,
+                           const std::vector<std::int32_t>& eos_ids, const generation_request& req,
+                           std::int64_t max_context, const text_sink& on_text) {
+  cpu_decode_backend backend(fwd, cache, req.sampling);
+  return generate(backend, tok, eos_ids, req, max_context, on_text);
 }
 
 }  // namespace specpipe

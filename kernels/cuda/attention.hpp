@@ -34,11 +34,27 @@ struct decode_attention_args {
 
 std::size_t decode_attention_scratch_floats(int batch, int n_heads, int head_dim, int max_splits);
 
-// Splits per sequence that fill `sm_count` multiprocessors for this batch
-// (two waves of single-block-per-SM work), capped so that a split covers at
-// least two key tiles of the longest sequence and by max_splits.
+// Splits per sequence for a decode launch. "Fills the machine" means: the
+// grid's blocks keep busy at least 90% of the block slots of the waves it
+// takes (slots = sm_count * blocks_per_sm, the resident blocks the
+// occupancy allows), where that is possible at all. The choice maximises
+// that utilisation, pairs * tiles / (waves * slots * tiles_per_split), and
+// among equal utilisations takes the fewest splits (fewer waves: each block
+// pays a prologue, and fewer partials to merge). A split covers at least two
+// key tiles of the longest sequence; at most max_splits.
 int decode_attention_splits(int batch, int n_kv_heads, std::int64_t max_len, int sm_count,
-                            int max_splits);
+                            int max_splits, int blocks_per_sm = 2);
+
+// The utilisation above for a given split count (1 = every slot of every
+// wave busy): what decode_attention_splits maximises, exposed for tests and
+// the benchmark notes.
+double decode_attention_utilization(int batch, int n_kv_heads, std::int64_t max_len, int sm_count,
+                                    int blocks_per_sm, int splits);
+
+// Resident decode-attention blocks per multiprocessor on the current device
+// for this head configuration (cudaOccupancyMaxActiveBlocksPerMultiprocessor
+// with the kernel's shared memory); throws for unsupported shapes.
+int decode_attention_blocks_per_sm(int n_heads, int n_kv_heads, int head_dim);
 
 void decode_attention(const decode_attention_args& a, stream_t s);
 
@@ -61,5 +77,16 @@ struct prefill_attention_args {
 };
 
 void prefill_attention(const prefill_attention_args& a, stream_t s);
+
+// The same on the tensor cores through cuBLAS (attention_prefill_gemm.cu):
+// S = scale Q K^T per KV group, a causal softmax into bf16 P, O = P V, over
+// passes of as many queries as `scratch` holds (heads * rows * keys * 6
+// bytes). Returns false, having done nothing, when the scratch cannot hold a
+// pass of min(n, 16) queries; the caller then runs prefill_attention.
+// Sets the handle's stream to s. Any head_dim that is a multiple of 8.
+bool prefill_attention_cublas(blas_handle_t h, const prefill_attention_args& a, void* scratch,
+                              std::size_t scratch_bytes, stream_t s);
+// Queries per pass for this scratch size (at most n).
+std::int64_t prefill_attention_cublas_rows(const prefill_attention_args& a, std::size_t scratch_bytes);
 
 }  // namespace specpipe::kernels::cuda

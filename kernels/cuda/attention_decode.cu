@@ -260,6 +260,7 @@ __global__ void __launch_bounds__(threads)
 
 template <int D>
 __global__ void decode_combine_kernel(decode_attention_args a) {
+  detail::allow_dependent_launch();  // the o_proj GEMV may start streaming W
   const int h = blockIdx.x, b = blockIdx.y, d = threadIdx.x;
   const std::int64_t bh = std::int64_t(b) * a.n_heads + h;
   const float* part_o = a.partial + bh * a.splits * D;
@@ -316,30 +317,79 @@ std::size_t decode_attention_scratch_floats(int batch, int n_heads, int head_dim
   return std::size_t(batch) * std::size_t(n_heads) * std::size_t(max_splits) * std::size_t(head_dim + 2);
 }
 
-int decode_attention_splits(int batch, int n_kv_heads, std::int64_t max_len, int sm_count,
-                            int max_splits) {
-  // Two resident blocks per SM (about 80 KB of shared memory each). Pick the
-  // split count whose grid wastes the least of its last wave, preferring at
-  // least two waves; a split keeps at least two tiles.
+namespace {
+struct split_shape {
+  std::int64_t chunk_tiles, active;
+};
+// Each sequence is cut into equal runs of whole tiles (as the kernel does), so
+// `splits` may leave some splits empty.
+split_shape split_of(std::int64_t tiles, int splits) {
+  const std::int64_t chunk = (tiles + splits - 1) / splits;
+  return {chunk, (tiles + chunk - 1) / chunk};
+}
+}  // namespace
+
+double decode_attention_utilization(int batch, int n_kv_heads, std::int64_t max_len, int sm_count,
+                                    int blocks_per_sm, int splits) {
   const std::int64_t pairs = std::int64_t(batch) * n_kv_heads;
-  const std::int64_t slots = 2 * std::int64_t(std::max(sm_count, 1));
+  const std::int64_t slots = std::int64_t(std::max(sm_count, 1)) * std::max(blocks_per_sm, 1);
+  const std::int64_t tiles = std::max<std::int64_t>(1, (max_len + tile - 1) / tile);
+  const auto sh = split_of(tiles, std::max(splits, 1));
+  const std::int64_t blocks = pairs * sh.active;
+  const std::int64_t waves = (blocks + slots - 1) / slots;
+  // Work per block ~ chunk_tiles; time ~ waves * chunk_tiles.
+  return double(pairs * tiles) / double(waves * slots * sh.chunk_tiles);
+}
+
+int decode_attention_splits(int batch, int n_kv_heads, std::int64_t max_len, int sm_count,
+                            int max_splits, int blocks_per_sm) {
   const std::int64_t tiles = std::max<std::int64_t>(1, (max_len + tile - 1) / tile);
   const int cap = int(std::max<std::int64_t>(1, std::min<std::int64_t>(max_splits, tiles / 2)));
   int best = 1;
   double best_score = -1;
   for (int s = 1; s <= cap; ++s) {
-    const std::int64_t chunk_tiles = (tiles + s - 1) / s;
-    const std::int64_t active = (tiles + chunk_tiles - 1) / chunk_tiles;
-    const std::int64_t blocks = pairs * active;
-    const std::int64_t waves = (blocks + slots - 1) / slots;
-    // Work per block ~ chunk_tiles; time ~ waves * chunk_tiles.
-    const double score = double(tiles) / double(waves * chunk_tiles);
+    const double score = decode_attention_utilization(batch, n_kv_heads, max_len, sm_count, blocks_per_sm, s);
     if (score > best_score + 1e-9) {
       best_score = score;
       best = s;
     }
   }
   return best;
+}
+
+namespace {
+template <int D, int G>
+int blocks_per_sm_of() {
+  using L = decode_layout<D, G>;
+  CUDA_CHECK(cudaFuncSetAttribute(decode_attention_kernel<D, G>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  int(L::smem)));
+  int n = 0;
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, decode_attention_kernel<D, G>, threads, L::smem));
+  return std::max(n, 1);
+}
+template <int D>
+int blocks_per_sm_group(int group) {
+  switch (group) {
+    case 1: return blocks_per_sm_of<D, 1>();
+    case 2: return blocks_per_sm_of<D, 2>();
+    case 4: return blocks_per_sm_of<D, 4>();
+    case 8: return blocks_per_sm_of<D, 8>();
+    case 16: return blocks_per_sm_of<D, 16>();
+    default: break;
+  }
+  throw std::invalid_argument("decode_attention: GQA group " + std::to_string(group) +
+                              " is not one of 1, 2, 4, 8, 16");
+}
+}  // namespace
+
+int decode_attention_blocks_per_sm(int n_heads, int n_kv_heads, int head_dim) {
+  if (n_kv_heads <= 0 || n_heads % n_kv_heads != 0)
+    throw std::invalid_argument("decode_attention: n_heads " + std::to_string(n_heads) +
+                                " is not a multiple of n_kv_heads " + std::to_string(n_kv_heads));
+  const int group = n_heads / n_kv_heads;
+  if (head_dim == 128) return blocks_per_sm_group<128>(group);
+  if (head_dim == 64) return blocks_per_sm_group<64>(group);
+  throw std::invalid_argument("decode_attention: head_dim " + std::to_string(head_dim) + " is not 64 or 128");
 }
 
 void decode_attention(const decode_attention_args& a, stream_t s) {

@@ -1,10 +1,17 @@
-// Projections: cuBLAS for prefill-sized m, a GEMV kernel for decode batches.
+// Projections: cuBLAS for prefill-sized m, a GEMV kernel for decode batches
+// (the rule is gemv_preferred in gemm.hpp).
 //
-// At decode (m <= 8) the product is bound by reading W once: n*k*2 bytes, e.g.
+// At decode the product is bound by reading W once: n*k*2 bytes, e.g.
 // 14336 x 4096 bf16 = 117 MB, 28 us at 4.2 TB/s, while its 2*m*n*k flops take
-// well under that on the tensor cores. The kernel therefore aims at streaming W
-// at full bandwidth: 16-byte loads, several in flight per thread, W read
-// exactly once, x (m*k*2 bytes, L1/L2 resident) re-read by each warp.
+// well under that. The kernel therefore aims at streaming W at full
+// bandwidth: 16-byte loads, four per row in flight per lane, W read exactly once, x (m*k*2 bytes, L1/L2 resident)
+// re-read by each warp.
+//
+// v1 gave each warp two whole rows: at n = 4096..6144 that is 2048..3072
+// warps, 16..23 per SM, too few loads in flight (61% and 80% of the copy
+// bandwidth measured). v2 lets up to 8 warps of a block share a row pair,
+// each over its own slice of k, summed through shared memory, with the split
+// chosen from the occupancy so that the grid is about one full wave.
 #include <cuda_bf16.h>
 
 #include <stdexcept>
@@ -20,121 +27,198 @@ namespace {
 using detail::bf16;
 
 constexpr int gemv_threads = 256;
+constexpr int gemv_warps = gemv_threads / 32;
 constexpr int gemv_rows_per_warp = 2;
-constexpr int gemv_rows_per_block = (gemv_threads / 32) * gemv_rows_per_warp;
+constexpr int gemv_step = 32 * 8;  // elements of k one warp covers per 16-byte load
+constexpr int gemv_unroll = 4;     // loads per row in flight per lane
 
-template <int M, bool OutF32>
+using detail::allow_dependent_launch;
+using detail::grid_dependency_wait;
+
+// Eight consecutive inputs of row i at column c, as f32.
+template <bool Glu>
+__device__ __forceinline__ void load_x8(const bf16* __restrict__ x, std::int64_t ldx, std::int64_t k, int i,
+                                        std::int64_t c, float (&xf)[8]) {
+  if constexpr (Glu) {
+    // silu(g) * u with silu(g) = g / (1 + e^-g), as kernels/cuda/activation.cu.
+    float g[8], u[8];
+    detail::bf16x8_to_f32(__ldg(reinterpret_cast<const uint4*>(x + i * ldx + c)), g);
+    detail::bf16x8_to_f32(__ldg(reinterpret_cast<const uint4*>(x + i * ldx + k + c)), u);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) xf[e] = g[e] / (1.f + __expf(-g[e])) * u[e];
+  } else {
+    detail::bf16x8_to_f32(__ldg(reinterpret_cast<const uint4*>(x + i * ldx + c)), xf);
+  }
+}
+
+// Block: gemv_warps / ks row pairs; warp w serves pair w / ks over slice
+// w % ks of k (slices of kslice elements, a multiple of gemv_step).
+template <int M, bool OutF32, bool Glu>
 __global__ void __launch_bounds__(gemv_threads)
     gemv_kernel(const bf16* __restrict__ x, std::int64_t ldx, const bf16* __restrict__ w,
                 std::int64_t ldw, void* __restrict__ y, std::int64_t ldy, bool accumulate, int m,
-                std::int64_t n, std::int64_t k) {
+                std::int64_t n, std::int64_t k, int ks, std::int64_t kslice) {
+  constexpr int R = gemv_rows_per_warp;
+  constexpr int U = gemv_unroll;
+  __shared__ float red[gemv_warps][R][M];
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
-  const std::int64_t row0 = (std::int64_t(blockIdx.x) * (gemv_threads / 32) + warp) * gemv_rows_per_warp;
-  if (row0 >= n) return;
-  float acc[gemv_rows_per_warp][M];
+  const int pairs = gemv_warps / ks;
+  const int pair = warp / ks, slice = warp - pair * ks;
+  const std::int64_t row0 = (std::int64_t(blockIdx.x) * pairs + pair) * R;
+  const std::int64_t s_begin = std::int64_t(slice) * kslice;
+  const std::int64_t s_end = s_begin + kslice < k ? s_begin + kslice : k;
+
+  const bf16* wr[R];
 #pragma unroll
-  for (int r = 0; r < gemv_rows_per_warp; ++r)
+  for (int r = 0; r < R; ++r) wr[r] = w + (row0 + r < n ? row0 + r : n - 1) * ldw;  // in bounds; unused rows masked
+
+  float acc[R][M];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
 #pragma unroll
     for (int i = 0; i < M; ++i) acc[r][i] = 0.f;
 
-  const bf16* wr[gemv_rows_per_warp];
+  auto load_w = [&](std::int64_t c, uint4 (&v)[U][R]) {
 #pragma unroll
-  for (int r = 0; r < gemv_rows_per_warp; ++r)
-    wr[r] = w + (row0 + r < n ? row0 + r : row0) * ldw;
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+        v[u][r] = c + u * gemv_step < s_end ? __ldcs(reinterpret_cast<const uint4*>(wr[r] + c + u * gemv_step))
+                                            : make_uint4(0, 0, 0, 0);
+  };
 
-  // Each step covers 32 lanes x 8 elements; two steps per iteration keep four
-  // independent 16-byte W loads in flight per lane.
-  constexpr int step = 32 * 8;
-  std::int64_t c = std::int64_t(lane) * 8;
-  for (; c + step < k; c += 2 * step) {
-    uint4 wv[2][gemv_rows_per_warp];
+  // U x R independent 16-byte loads per lane are in flight per chunk; the
+  // occupancy (about 64 registers, 4 blocks of 8 warps per SM) keeps ~32 warps
+  // x 8 loads x 512 B = 128 KB in flight per SM, enough for its share of the
+  // bandwidth at a ~1-2 us loaded latency.
+  std::int64_t c = s_begin + std::int64_t(lane) * 8;
+  uint4 wv[U][R];
+  load_w(c, wv);
+  // Only weights were read so far: with overlap_launch this block may have
+  // started before the kernel that writes x (and reads or writes y) finished.
+  grid_dependency_wait();
+  allow_dependent_launch();
+  while (c < s_end) {
 #pragma unroll
-    for (int u = 0; u < 2; ++u)
+    for (int u = 0; u < U; ++u) {
+      const std::int64_t cu = c + u * gemv_step;
+      if (cu >= s_end) break;
+      float wf[R][8];
 #pragma unroll
-      for (int r = 0; r < gemv_rows_per_warp; ++r)
-        wv[u][r] = __ldcs(reinterpret_cast<const uint4*>(wr[r] + c + u * step));
-#pragma unroll
-    for (int u = 0; u < 2; ++u) {
-      float wf[gemv_rows_per_warp][8];
-#pragma unroll
-      for (int r = 0; r < gemv_rows_per_warp; ++r) detail::bf16x8_to_f32(wv[u][r], wf[r]);
+      for (int r = 0; r < R; ++r) detail::bf16x8_to_f32(wv[u][r], wf[r]);
 #pragma unroll
       for (int i = 0; i < M; ++i) {
         if (i >= m) break;
         float xf[8];
-        detail::bf16x8_to_f32(__ldg(reinterpret_cast<const uint4*>(x + i * ldx + c + u * step)), xf);
+        load_x8<Glu>(x, ldx, k, i, cu, xf);
 #pragma unroll
-        for (int r = 0; r < gemv_rows_per_warp; ++r)
+        for (int r = 0; r < R; ++r)
 #pragma unroll
           for (int e = 0; e < 8; ++e) acc[r][i] = fmaf(wf[r][e], xf[e], acc[r][i]);
       }
     }
-  }
-  for (; c < k; c += step) {
-    float wf[gemv_rows_per_warp][8];
-#pragma unroll
-    for (int r = 0; r < gemv_rows_per_warp; ++r)
-      detail::bf16x8_to_f32(__ldcs(reinterpret_cast<const uint4*>(wr[r] + c)), wf[r]);
-#pragma unroll
-    for (int i = 0; i < M; ++i) {
-      if (i >= m) break;
-      float xf[8];
-      detail::bf16x8_to_f32(__ldg(reinterpret_cast<const uint4*>(x + i * ldx + c)), xf);
-#pragma unroll
-      for (int r = 0; r < gemv_rows_per_warp; ++r)
-#pragma unroll
-        for (int e = 0; e < 8; ++e) acc[r][i] = fmaf(wf[r][e], xf[e], acc[r][i]);
-    }
+    c += U * gemv_step;
+    if (c < s_end) load_w(c, wv);
   }
 
 #pragma unroll
-  for (int r = 0; r < gemv_rows_per_warp; ++r) {
+  for (int r = 0; r < R; ++r)
 #pragma unroll
     for (int i = 0; i < M; ++i) {
       const float v = detail::warp_sum(acc[r][i]);
-      const std::int64_t row = row0 + r;
-      if (lane == 0 && i < m && row < n) {
-        if constexpr (OutF32) {
-          float* yp = static_cast<float*>(y) + i * ldy + row;
-          *yp = accumulate ? *yp + v : v;
-        } else {
-          static_cast<bf16*>(y)[i * ldy + row] = __float2bfloat16(v);
-        }
+      if (lane == 0) red[warp][r][i] = v;
+    }
+  __syncthreads();
+  // Slices summed in a fixed order: the result does not depend on timing.
+  const int t = threadIdx.x;
+  if (t < pairs * R * M) {
+    const int p = t / (R * M), r = (t / M) % R, i = t % M;
+    const std::int64_t row = (std::int64_t(blockIdx.x) * pairs + p) * R + r;
+    if (i < m && row < n) {
+      float v = 0.f;
+      for (int s = 0; s < ks; ++s) v += red[p * ks + s][r][i];
+      if constexpr (OutF32) {
+        float* yp = static_cast<float*>(y) + i * ldy + row;
+        *yp = accumulate ? *yp + v : v;
+      } else {
+        static_cast<bf16*>(y)[i * ldy + row] = __float2bfloat16(v);
       }
     }
   }
 }
 
-template <bool OutF32>
-void launch_gemv(const gemm_args& a, cudaStream_t s) {
-  const unsigned blocks = unsigned((a.n + gemv_rows_per_block - 1) / gemv_rows_per_block);
-  const auto* x = reinterpret_cast<const bf16*>(a.x);
-  const auto* w = reinterpret_cast<const bf16*>(a.w);
-  const int m = int(a.m);
-  // M is the register-tile height: 1, 2, 4 or 8 rows of x (m rounded up).
-  if (m <= 1)
-    gemv_kernel<1, OutF32><<<blocks, gemv_threads, 0, s>>>(x, a.ldx, w, a.ldw, a.y, a.ldy, a.accumulate, m, a.n, a.k);
-  else if (m <= 2)
-    gemv_kernel<2, OutF32><<<blocks, gemv_threads, 0, s>>>(x, a.ldx, w, a.ldw, a.y, a.ldy, a.accumulate, m, a.n, a.k);
-  else if (m <= 4)
-    gemv_kernel<4, OutF32><<<blocks, gemv_threads, 0, s>>>(x, a.ldx, w, a.ldw, a.y, a.ldy, a.accumulate, m, a.n, a.k);
-  else
-    gemv_kernel<8, OutF32><<<blocks, gemv_threads, 0, s>>>(x, a.ldx, w, a.ldw, a.y, a.ldy, a.accumulate, m, a.n, a.k);
+template <int M, bool OutF32, bool Glu>
+int resident_blocks() {
+  // Per instantiation and process: the device does not change under a
+  // running forward pass, and this keeps the occupancy query out of the
+  // per-step path (and out of graph capture after the first eager step).
+  static const int blocks = [] {
+    int dev = 0, sms = 0, per_sm = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_kernel<M, OutF32, Glu>, gemv_threads, 0));
+    return sms * (per_sm > 0 ? per_sm : 1);
+  }();
+  return blocks;
+}
+
+template <int M, bool OutF32, bool Glu>
+void launch_gemv_t(const gemm_args& a, cudaStream_t s) {
+  const int ks = gemv_k_split(a.n, a.k, resident_blocks<M, OutF32, Glu>());
+  const std::int64_t rows_per_block = std::int64_t(gemv_warps / ks) * gemv_rows_per_warp;
+  const std::int64_t kslice = ((a.k + ks - 1) / ks + gemv_step - 1) / gemv_step * gemv_step;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(unsigned((a.n + rows_per_block - 1) / rows_per_block));
+  cfg.blockDim = dim3(gemv_threads);
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = a.overlap_launch ? 1 : 0;
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_kernel<M, OutF32, Glu>, reinterpret_cast<const bf16*>(a.x), a.ldx,
+                                reinterpret_cast<const bf16*>(a.w), a.ldw, a.y, a.ldy, a.accumulate, int(a.m), a.n,
+                                a.k, ks, kslice));
   CUDA_CHECK_LAUNCH();
 }
 
+template <bool OutF32, bool Glu>
+void launch_gemv(const gemm_args& a, cudaStream_t s) {
+  // M is the register-tile height: 1, 2, 4 or 8 rows of x (m rounded up).
+  if (a.m <= 1) launch_gemv_t<1, OutF32, Glu>(a, s);
+  else if (a.m <= 2) launch_gemv_t<2, OutF32, Glu>(a, s);
+  else if (a.m <= 4) launch_gemv_t<4, OutF32, Glu>(a, s);
+  else launch_gemv_t<8, OutF32, Glu>(a, s);
+}
+
 void check_args(const gemm_args& a) {
-  if (a.m < 0 || a.n <= 0 || a.k <= 0 || a.ldx < a.k || a.ldw < a.k || a.ldy < a.n)
+  const std::int64_t xcols = a.in == gemm_in::swiglu ? 2 * a.k : a.k;
+  if (a.m < 0 || a.n <= 0 || a.k <= 0 || a.ldx < xcols || a.ldw < a.k || a.ldy < a.n)
     throw std::invalid_argument("gemm: bad shape m=" + std::to_string(a.m) + " n=" +
                                 std::to_string(a.n) + " k=" + std::to_string(a.k) + " ldx=" +
-                                std::to_string(a.ldx) + " ldw=" + std::to_string(a.ldw) +
-                                " ldy=" + std::to_string(a.ldy));
+                                std::to_string(a.ldx) + " (x has " + std::to_string(xcols) +
+                                " columns) ldw=" + std::to_string(a.ldw) + " ldy=" + std::to_string(a.ldy));
   if (a.accumulate && a.out != gemm_out::f32)
     throw std::invalid_argument("gemm: accumulate needs an f32 output");
 }
 
 }  // namespace
+
+int gemv_k_split(std::int64_t n, std::int64_t k, int resident) {
+  // The largest split whose grid still fits in one wave, as long as every
+  // slice keeps at least two loads per lane (2 * gemv_step elements): more
+  // warps in flight per SM without a second, partly empty wave.
+  int best = 1;
+  for (int ks = 2; ks <= gemv_warps; ks *= 2) {
+    const std::int64_t rows_per_block = std::int64_t(gemv_warps / ks) * gemv_rows_per_warp;
+    const std::int64_t blocks = (n + rows_per_block - 1) / rows_per_block;
+    if (blocks > resident || k < std::int64_t(ks) * 2 * gemv_step) break;
+    best = ks;
+  }
+  return best;
+}
 
 bool gemv_supported(const gemm_args& a) {
   const auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
@@ -142,14 +226,24 @@ bool gemv_supported(const gemm_args& a) {
          aligned(a.x) && aligned(a.w);
 }
 
+gemm_impl gemm_resolve(const gemm_args& a, gemm_impl impl) {
+  if (impl != gemm_impl::automatic) return impl;
+  if (a.in == gemm_in::swiglu) return gemm_impl::gemv;  // only the GEMV reads a fused input
+  return gemv_preferred(a.m) && gemv_supported(a) ? gemm_impl::gemv : gemm_impl::cublas;
+}
+
 void gemm_cublas(blas_handle_t h, const gemm_args& a, stream_t s) {
   check_args(a);
+  if (a.in != gemm_in::plain)
+    throw std::invalid_argument("gemm_cublas: the SwiGLU input is fused into the GEMV only; run swiglu first");
   if (a.m == 0) return;
   const cublasHandle_t handle = as_blas(h);
   CUBLAS_CHECK(cublasSetStream(handle, as_stream(s)));
   const float alpha = 1.f, beta = a.accumulate ? 1.f : 0.f;
   // Row-major y[m,n] = x[m,k] W[n,k]^T is column-major y^T[n,m] = W^T... i.e.
   // C(n x m) = op(A = W as k x n col-major)^T * B (x as k x m col-major).
+  // bf16 operands, f32 accumulation (CUBLAS_COMPUTE_32F: tensor cores on
+  // sm_80+, neither the pedantic nor a tf32 path).
   CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, int(a.n), int(a.m), int(a.k), &alpha,
                             a.w, CUDA_R_16BF, int(a.ldw), a.x, CUDA_R_16BF, int(a.ldx), &beta, a.y,
                             a.out == gemm_out::f32 ? CUDA_R_32F : CUDA_R_16BF, int(a.ldy),
@@ -162,18 +256,20 @@ void gemv(const gemm_args& a, stream_t s) {
   if (!gemv_supported(a))
     throw std::invalid_argument("gemv: needs 1 <= m <= 8, k/ldx/ldw multiples of 8 and 16-byte "
                                 "aligned x and W; got m=" + std::to_string(a.m) + " k=" +
-                                std::to_string(a.k));
-  if (a.out == gemm_out::f32) launch_gemv<true>(a, as_stream(s));
-  else launch_gemv<false>(a, as_stream(s));
+                                std::to_string(a.k) + " ldx=" + std::to_string(a.ldx) +
+                                " ldw=" + std::to_string(a.ldw));
+  const bool glu = a.in == gemm_in::swiglu;
+  if (a.out == gemm_out::f32) {
+    if (glu) launch_gemv<true, true>(a, as_stream(s));
+    else launch_gemv<true, false>(a, as_stream(s));
+  } else {
+    if (glu) launch_gemv<false, true>(a, as_stream(s));
+    else launch_gemv<false, false>(a, as_stream(s));
+  }
 }
 
 void gemm(blas_handle_t h, const gemm_args& a, stream_t s, gemm_impl impl) {
-  switch (impl) {
-    case gemm_impl::cublas: return gemm_cublas(h, a, s);
-    case gemm_impl::gemv: return gemv(a, s);
-    case gemm_impl::automatic: break;
-  }
-  if (gemv_supported(a)) gemv(a, s);
+  if (gemm_resolve(a, impl) == gemm_impl::gemv) gemv(a, s);
   else gemm_cublas(h, a, s);
 }
 

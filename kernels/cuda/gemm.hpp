@@ -11,6 +11,11 @@ namespace specpipe::kernels::cuda {
 
 enum class gemm_out : std::uint8_t { bf16, f32 };
 
+// What x holds. swiglu: x is the fused [gate | up] projection [m, 2k] (row
+// stride ldx) and the product uses silu(gate) * up as its input row, so the
+// SwiGLU never goes through device memory (GEMV only).
+enum class gemm_in : std::uint8_t { plain, swiglu };
+
 struct gemm_args {
   const std::uint16_t* x = nullptr;
   std::int64_t ldx = 0;
@@ -19,27 +24,54 @@ struct gemm_args {
   void* y = nullptr;
   std::int64_t ldy = 0;
   gemm_out out = gemm_out::bf16;
+  gemm_in in = gemm_in::plain;
   bool accumulate = false;
+  // GEMV only: launch as a programmatic dependent (CUDA PDL) of the previous
+  // kernel on the stream, so that its blocks start streaming W (which no
+  // earlier kernel writes) while that kernel drains; x and y are touched only
+  // after griddepcontrol.wait.
+  bool overlap_launch = false;
   std::int64_t m = 0, n = 0, k = 0;
 };
 
 enum class gemm_impl : std::uint8_t {
-  automatic,  // gemv for m <= gemv_max_rows when its layout rules hold, else cuBLAS
+  automatic,  // gemv_preferred(m) and gemv_supported: GEMV, else cuBLAS
   cublas,
   gemv,
 };
 
 constexpr std::int64_t gemv_max_rows = 8;
 
+// The dispatch rule of gemm_impl::automatic, by measured speed (H200, bf16,
+// llama3-8b shapes, kernels/cuda/NOTES.md "GEMV v1"): at m = 1 the own GEMV
+// beat cuBLAS on every shape (6144x4096 61% vs 44% of copy bandwidth,
+// 28672x4096 90% vs 82%, 4096x14336 80% vs 66%, 128256x4096 106% vs 100%); at
+// m = 8 cuBLAS won on every shape (47/82/66/99% vs 27/45/23/54%). m = 2 costs
+// the GEMV twice the FMAs of m = 1 on the same W bytes, far from its m = 8
+// compute limit, so it stays on the GEMV (`bench --kernels` prints m = 2 and 4
+// for both to confirm); m >= 3 goes to cuBLAS.
+constexpr std::int64_t gemv_preferred_max_rows = 2;
+constexpr bool gemv_preferred(std::int64_t m) { return m >= 1 && m <= gemv_preferred_max_rows; }
+
 // True when the GEMV kernel can run these arguments: m <= gemv_max_rows,
 // k, ldx, ldw multiples of 8 and x, W 16-byte aligned.
 bool gemv_supported(const gemm_args& a);
 
-// cuBLAS (cublasGemmEx, CUBLAS_COMPUTE_32F). Sets the handle's stream to s.
+// The implementation gemm(h, a, s, impl) runs for these arguments.
+gemm_impl gemm_resolve(const gemm_args& a, gemm_impl impl);
+
+// cuBLAS (cublasGemmEx, bf16 tensor cores with CUBLAS_COMPUTE_32F). Sets the
+// handle's stream to s. Throws for gemm_in::swiglu.
 void gemm_cublas(blas_handle_t h, const gemm_args& a, stream_t s);
-// The bandwidth-bound decode GEMV: each warp streams two rows of W with
-// 16-byte loads and serves all m inputs from them. Throws when unsupported.
+// The bandwidth-bound decode GEMV: each warp streams two rows of W (over a
+// slice of k when the rows alone cannot fill the machine) with 16-byte loads
+// and serves all m inputs from them. Throws when unsupported.
 void gemv(const gemm_args& a, stream_t s);
 void gemm(blas_handle_t h, const gemm_args& a, stream_t s, gemm_impl impl = gemm_impl::automatic);
+
+// GEMV plan: warps of a block that share one pair of rows, each over its own
+// slice of k (1, 2, 4 or 8). Chosen so that the grid stays within one wave of
+// resident blocks (occupancy of the instantiation on this device).
+int gemv_k_split(std::int64_t n, std::int64_t k, int resident_blocks);
 
 }  // namespace specpipe::kernels::cuda

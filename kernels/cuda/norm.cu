@@ -16,6 +16,9 @@ __global__ void __launch_bounds__(norm_threads)
     rmsnorm_kernel(float* residual, std::int64_t ld_res, const bf16* delta, std::int64_t ld_delta,
                    const float* weight, bf16* out, std::int64_t ld_out, std::int64_t hidden,
                    float eps) {
+  // The GEMV that follows (launched with overlap_launch) may start streaming
+  // its weights now; it waits for this kernel before reading `out`.
+  detail::allow_dependent_launch();
   float* x = residual + blockIdx.x * ld_res;
   const bf16* d = delta ? delta + blockIdx.x * ld_delta : nullptr;
   float ss = 0.f;

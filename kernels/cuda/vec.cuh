@@ -27,6 +27,23 @@ __device__ __forceinline__ uint4 f32_to_bf16x8(const float (&f)[8]) {
   return v;
 }
 
+// Programmatic dependent launch (sm_90). A kernel launched with
+// cudaLaunchAttributeProgrammaticStreamSerialization may start before the
+// previous kernel on its stream has finished; grid_dependency_wait() blocks
+// until that kernel has completed and its writes are visible. A kernel that
+// calls allow_dependent_launch() lets such a dependent start once all its
+// blocks have called it (or exited). Both are no-ops without PDL.
+__device__ __forceinline__ void grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void allow_dependent_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

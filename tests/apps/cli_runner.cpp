@@ -1,4 +1,5 @@
 #include "apps/cli_runner.hpp"
+#include "support/test_paths.hpp"
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -22,7 +23,7 @@ std::string slurp(const fs::path& p) {
 
 cli_result run_specpipe(const std::string& args) {
   temp_dir tmp;
-  const fs::path bin = fs::path(SPECPIPE_BINARY_DIR) / "apps" / "specpipe";
+  const fs::path bin = test::binary_dir() / "apps" / "specpipe";
   const std::string cmd = "'" + bin.string() + "' " + args + " > '" + (tmp.path() / "out").string() +
                           "' 2> '" + (tmp.path() / "err").string() + "' < /dev/null";
   const int status = std::system(cmd.c_str());
@@ -33,7 +34,7 @@ cli_result run_specpipe(const std::string& args) {
   return r;
 }
 
-fs::path default_model_dir() { return fs::path(SPECPIPE_SOURCE_DIR) / "models" / "default"; }
+fs::path default_model_dir() { return test::default_model_dir(); }
 
 temp_dir::temp_dir() {
   std::random_device rd;

@@ -16,10 +16,13 @@ class cuda_gemm : public cuda_test {};
 #ifdef SPECPIPE_HAVE_CUDA
 namespace kc = kernels::cuda;
 
+// glu: x holds [gate | up] rows of 2k and the product's input is
+// silu(gate) * up (gemm_in::swiglu). pdl: launched as a programmatic
+// dependent of the previous kernel (overlap_launch).
 void run_case(allocator& dev, kc::blas_handle& blas, kc::gemm_impl impl, std::int64_t m, std::int64_t n,
-              std::int64_t k, kc::gemm_out out, bool acc, unsigned seed) {
+              std::int64_t k, kc::gemm_out out, bool acc, unsigned seed, bool glu = false, bool pdl = false) {
   std::mt19937 rng(seed);
-  const std::int64_t ldx = k + 8, ldw = k + 16, ldy = n + 3;
+  const std::int64_t ldx = (glu ? 2 * k : k) + 8, ldw = k + 16, ldy = n + 3;
   auto x = round_bf16(random_values(rng, std::size_t(m * ldx)));
   auto w = round_bf16(random_values(rng, std::size_t(n * ldw)));
   auto y0 = random_values(rng, std::size_t(m * ldy));
@@ -35,6 +38,8 @@ void run_case(allocator& dev, kc::blas_handle& blas, kc::gemm_impl impl, std::in
   a.ldy = ldy;
   a.out = out;
   a.accumulate = acc;
+  a.in = glu ? kc::gemm_in::swiglu : kc::gemm_in::plain;
+  a.overlap_launch = pdl;
   a.m = m;
   a.n = n;
   a.k = k;
@@ -46,12 +51,17 @@ void run_case(allocator& dev, kc::blas_handle& blas, kc::gemm_impl impl, std::in
   for (std::int64_t i = 0; i < m; ++i)
     for (std::int64_t j = 0; j < n; ++j) {
       double s = acc ? double(y0[std::size_t(i * ldy + j)]) : 0.0;
-      for (std::int64_t c = 0; c < k; ++c) s += double(x[std::size_t(i * ldx + c)]) * w[std::size_t(j * ldw + c)];
+      for (std::int64_t c = 0; c < k; ++c) {
+        double xv = x[std::size_t(i * ldx + c)];
+        if (glu) xv = xv / (1.0 + std::exp(-xv)) * double(x[std::size_t(i * ldx + k + c)]);
+        s += xv * w[std::size_t(j * ldw + c)];
+      }
       ref.push_back(s);
       got.push_back(out == kc::gemm_out::f32 ? yf[std::size_t(i * ldy + j)] : yb[std::size_t(i * ldy + j)]);
     }
   const std::string what = "gemm impl " + std::to_string(int(impl)) + " m=" + std::to_string(m) + " n=" +
-                           std::to_string(n) + " k=" + std::to_string(k) + (acc ? " acc" : "");
+                           std::to_string(n) + " k=" + std::to_string(k) + (acc ? " acc" : "") +
+                           (glu ? " swiglu" : "") + (pdl ? " pdl" : "");
   if (out == kc::gemm_out::f32) expect_close(got, ref, 2e-3, 1e-3, what, seed);
   else expect_close(got, ref, 2e-2, 1e-2, what, seed);
   EXPECT_TRUE(dyf.sentinel_intact() && dyb.sentinel_intact()) << what;
@@ -65,6 +75,22 @@ TEST_F(cuda_gemm, gemv_matches_reference_for_decode_batches) {
       run_case(*dev_, blas, kc::gemm_impl::gemv, m, 77, k, kc::gemm_out::bf16, false, ++seed);
       run_case(*dev_, blas, kc::gemm_impl::gemv, m, 33, k, kc::gemm_out::f32, true, ++seed);
     }
+}
+
+// k up to 4104 (not a multiple of the 256-element step) with n small enough
+// that the rows alone cannot fill the machine: the k-split plans (2, 4, 8
+// warps per row pair) with a ragged last slice, and partial row pairs.
+TEST_F(cuda_gemm, gemv_k_split_swiglu_and_overlapped_launch) {
+  kc::blas_handle blas;
+  unsigned seed = 150;
+  for (const std::int64_t m : {1, 2, 4, 7})
+    for (const std::int64_t k : {1032, 4104, 8200}) {
+      run_case(*dev_, blas, kc::gemm_impl::gemv, m, 61, k, kc::gemm_out::bf16, false, ++seed, false, true);
+      run_case(*dev_, blas, kc::gemm_impl::gemv, m, 45, k, kc::gemm_out::f32, true, ++seed, true, false);
+      run_case(*dev_, blas, kc::gemm_impl::gemv, m, 45, k, kc::gemm_out::f32, true, ++seed, true, true);
+    }
+  // The automatic rule sends a fused SwiGLU input to the GEMV at any m <= 8.
+  run_case(*dev_, blas, kc::gemm_impl::automatic, 6, 40, 264, kc::gemm_out::f32, true, ++seed, true, false);
 }
 
 TEST_F(cuda_gemm, cublas_matches_reference) {
@@ -86,6 +112,33 @@ TEST_F(cuda_gemm, gemv_rejects_what_it_cannot_run) {
   a.ldy = 4;
   EXPECT_FALSE(kc::gemv_supported(a));
   EXPECT_THROW(kc::gemv(a, nullptr), std::invalid_argument);
+}
+// Host-only planning: no device needed.
+TEST(cuda_gemm_plan, dispatch_rule_and_k_split) {
+  for (std::int64_t m = 1; m <= 8; ++m) {
+    kc::gemm_args a;
+    a.m = m;
+    a.n = 4096;
+    a.k = 4096;
+    a.ldx = a.ldw = 4096;
+    a.ldy = 4096;
+    a.x = a.w = reinterpret_cast<const std::uint16_t*>(std::uintptr_t(256));
+    EXPECT_EQ(kc::gemm_resolve(a, kc::gemm_impl::automatic), m <= 2 ? kc::gemm_impl::gemv : kc::gemm_impl::cublas)
+        << "m=" << m;
+    a.in = kc::gemm_in::swiglu;
+    a.ldx = 8192;
+    EXPECT_EQ(kc::gemm_resolve(a, kc::gemm_impl::automatic), kc::gemm_impl::gemv) << "m=" << m;
+  }
+  // llama3-8b shapes with 132 SMs x 8 resident blocks: the qkv and o/down
+  // projections split k until the grid is one full wave; gate/up and
+  // lm_head already fill it with whole rows.
+  const int resident = 132 * 8;
+  EXPECT_EQ(kc::gemv_k_split(6144, 4096, resident), 2);
+  EXPECT_EQ(kc::gemv_k_split(4096, 4096, resident), 4);
+  EXPECT_EQ(kc::gemv_k_split(4096, 14336, resident), 4);
+  EXPECT_EQ(kc::gemv_k_split(28672, 4096, resident), 1);
+  EXPECT_EQ(kc::gemv_k_split(128256, 4096, resident), 1);
+  EXPECT_EQ(kc::gemv_k_split(64, 256, resident), 1);  // a slice keeps two loads per lane
 }
 #else
 TEST_F(cuda_gemm, skipped_without_cuda) {}
