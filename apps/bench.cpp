@@ -137,6 +137,8 @@ bench_report run_cpu_bench(const bench_options& o) {
     auto make = [&](std::int64_t rows, std::int64_t cols, bool norm) {
       store.emplace_back(std::size_t(rows * cols));
       for (auto& x : store.back()) x = norm ? g(rng) : u(rng);
+      // Norm gains are vectors, as in a checkpoint.
+      if (norm) return tensor_view(store.back().data(), dtype::f32, {cols});
       return tensor_view(store.back().data(), dtype::f32, {rows, cols});
     };
     store.reserve(3 + 9 * std::size_t(c.num_hidden_layers));

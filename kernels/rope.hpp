@@ -8,22 +8,8 @@
 
 namespace specpipe::kernels::cpu {
 
-// RoPE parameters as plain values, so the kernel room does not depend on the
-// model's config types.
-struct rope_params {
-  double theta = 10000.0;
-  // 0: default, 1: linear (positions / factor), 2: llama3 frequency bands.
-  int scaling = 0;
-  double factor = 1.0;
-  double low_freq_factor = 1.0;
-  double high_freq_factor = 4.0;
-  double original_max_position_embeddings = 8192.0;
-};
-
-// Writes head_dim/2 inverse frequencies: 1 / theta^(2i/head_dim) in f32, as
-// HF's _compute_default_rope_parameters, then the configured scaling
-// (HF _compute_linear_scaling_rope_parameters / _compute_llama3_parameters).
-void rope_inv_freq(const rope_params& p, std::int64_t head_dim, float* inv_freq);
+// The inverse-frequency table (head_dim/2 values, scaling applied) comes from
+// the model config: model/config.hpp rope_inv_freq, checked against transformers.
 
 // cos/sin tables for n tokens: cos[t*half + i] = cos(float(positions[t]) * inv_freq[i]).
 void rope_cos_sin(const std::int64_t* positions, std::int64_t n, const float* inv_freq,

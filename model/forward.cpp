@@ -53,25 +53,6 @@ struct cpu_forward::scratch {
 
 namespace {
 
-kc::rope_params rope_params_of(const model_config& c) {
-  kc::rope_params p;
-  p.theta = c.rope.theta;
-  p.factor = c.rope.factor;
-  p.low_freq_factor = c.rope.low_freq_factor;
-  p.high_freq_factor = c.rope.high_freq_factor;
-  p.original_max_position_embeddings = double(c.rope.original_max_position_embeddings);
-  if (c.rope.type == "default")
-    p.scaling = 0;
-  else if (c.rope.type == "linear")
-    p.scaling = 1;
-  else if (c.rope.type == "llama3")
-    p.scaling = 2;
-  else
-    throw std::invalid_argument("cpu_forward: rope type '" + c.rope.type +
-                                "' is not supported (expected default, linear or llama3)");
-  return p;
-}
-
 void check_tensor(const tensor_view& t, const std::string& name, std::int64_t d0, std::int64_t d1) {
   const bool is_float = t.type == dtype::f32 || t.type == dtype::f16 || t.type == dtype::bf16;
   const bool vector = d1 < 0;
@@ -134,8 +115,7 @@ void project(const float* x, std::int64_t n, const tensor_view& w, float* y, kc:
 cpu_forward::cpu_forward(const model_config& config, const model_weights& weights, int threads)
     : config_(config), weights_(weights), scratch_(std::make_unique<scratch>()) {
   check_weights(config_, weights_);
-  inv_freq_.resize(std::size_t(config_.head_dim / 2));
-  kc::rope_inv_freq(rope_params_of(config_), config_.head_dim, inv_freq_.data());
+  inv_freq_ = rope_inv_freq(config_);
   pool_ = std::make_unique<kc::thread_pool>(threads);
 }
 

@@ -24,8 +24,10 @@ std::string slurp(const fs::path& p) {
 cli_result run_specpipe(const std::string& args) {
   temp_dir tmp;
   const fs::path bin = test::binary_dir() / "apps" / "specpipe";
-  const std::string cmd = "'" + bin.string() + "' " + args + " > '" + (tmp.path() / "out").string() +
-                          "' 2> '" + (tmp.path() / "err").string() + "' < /dev/null";
+  std::ostringstream cmd_text;
+  cmd_text << '\'' << bin.string() << "' " << args << " > '" << (tmp.path() / "out").string() << "' 2> '"
+           << (tmp.path() / "err").string() << "' < /dev/null";
+  const std::string cmd = cmd_text.str();
   const int status = std::system(cmd.c_str());
   cli_result r;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);

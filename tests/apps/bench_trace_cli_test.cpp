@@ -1,0 +1,77 @@
+// `specpipe bench` on the CPU backend and `specpipe trace` on a trace written
+// by `generate --trace`, as a user runs them.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <boost/json.hpp>
+
+#include <fstream>
+#include <sstream>
+
+#include "apps/cli_runner.hpp"
+
+namespace specpipe::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST(BenchCli, TinyPresetOnCpuPrintsTableAndJson) {
+  temp_dir tmp;
+  const auto json = tmp.path() / "bench.json";
+  const auto r = run_specpipe("bench --preset tiny --device cpu --batch 1 --context 64,128 --repeats 3 --warmup 1 "
+                              "--json '" + json.string() + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  EXPECT_THAT(r.out, HasSubstr("decode"));
+  EXPECT_THAT(r.out, HasSubstr("prefill"));
+  const auto doc = boost::json::parse(slurp(json));
+  ASSERT_TRUE(doc.is_object());
+  EXPECT_FALSE(doc.as_object().at("points").as_array().empty());
+}
+
+TEST(BenchCli, BadFlagsAreUsageErrors) {
+  struct bad { const char* args; const char* says; };
+  const bad cases[] = {
+      {"bench --preset nosuch --device cpu", "nosuch"},
+      {"bench --preset tiny --device cpu --batch 0", "batch"},
+      {"bench --preset tiny --device cpu --context x", "context"},
+      {"bench --preset tiny --device gpu", "device"},
+  };
+  for (const auto& c : cases) {
+    const auto r = run_specpipe(c.args);
+    EXPECT_EQ(r.exit_code, 2) << c.args << "\n" << r.err;
+    EXPECT_THAT(r.err, HasSubstr(c.says)) << c.args;
+  }
+}
+
+TEST(TraceCli, GenerateTraceThenSummaryAndRender) {
+  temp_dir tmp;
+  const auto trace = tmp.path() / "t.json";
+  const auto svg = tmp.path() / "t.svg";
+  const auto g = run_specpipe("generate --prompt 'Once upon a time' -n 6 --temperature 0 --trace '" +
+                              trace.string() + "'");
+  ASSERT_EQ(g.exit_code, 0) << g.err;
+  const auto doc = boost::json::parse(slurp(trace));
+  ASSERT_TRUE(doc.is_object() || doc.is_array());
+
+  const auto s = run_specpipe("trace summary '" + trace.string() + "'");
+  ASSERT_EQ(s.exit_code, 0) << s.err;
+  EXPECT_THAT(s.out, HasSubstr("scheduler"));
+
+  const auto r = run_specpipe("trace render '" + trace.string() + "' -o '" + svg.string() + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(slurp(svg), HasSubstr("<svg"));
+
+  const auto bad = run_specpipe("trace summary /nonexistent/trace.json");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_THAT(bad.err, HasSubstr("/nonexistent/trace.json"));
+}
+
+}  // namespace
+}  // namespace specpipe::testing
