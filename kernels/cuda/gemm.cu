@@ -53,6 +53,9 @@ __device__ __forceinline__ void load_x8(const bf16* __restrict__ x, std::int64_t
 
 // Block: gemv_warps / ks row pairs; warp w serves pair w / ks over slice
 // w % ks of k (slices of kslice elements, a multiple of gemv_step).
+// ptxas (sm_90): 58-60 registers at M = 1 (4 blocks per SM), 76 at M = 2,
+// 93-98 with the fused SwiGLU input (2 blocks per SM); capping those at 64
+// spills ~300 bytes, so they are left uncapped (NOTES.md, GEMV v2).
 template <int M, bool OutF32, bool Glu>
 __global__ void __launch_bounds__(gemv_threads)
     gemv_kernel(const bf16* __restrict__ x, std::int64_t ldx, const bf16* __restrict__ w,
