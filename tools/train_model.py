@@ -58,6 +58,18 @@ import passkey as pk  # noqa: E402
 MAX_FILE_BYTES = 15_000_000
 
 
+MODEL_SHAPES = {
+    "default": dict(hidden_size=512, intermediate_size=1408, num_hidden_layers=4,
+                    num_attention_heads=4, num_key_value_heads=2, head_dim=128),
+    # Two layers are the fewest that can hold an induction head (a previous-token
+    # head in layer 0 composed with a copying head in layer 1).
+    "small": dict(hidden_size=128, intermediate_size=352, num_hidden_layers=2,
+                  num_attention_heads=2, num_key_value_heads=1, head_dim=64),
+    "smoke": dict(hidden_size=64, intermediate_size=176, num_hidden_layers=2,
+                  num_attention_heads=2, num_key_value_heads=1, head_dim=32),
+}
+
+
 def log(msg: str) -> None:
     print(msg, flush=True)
 
@@ -67,7 +79,7 @@ def parse_args(argv):
     ap.add_argument("--data", type=Path, required=True, help="folder from tools/pack_corpus.py")
     ap.add_argument("--tokenizer", type=Path, required=True, help="tokenizer.json")
     ap.add_argument("--out", type=Path, required=True, help="checkpoint folder to write")
-    ap.add_argument("--minutes", type=float, default=5.0, help="wall-clock budget of the run")
+    ap.add_argument("--minutes", type=float, default=6.0, help="wall-clock budget of the run")
     ap.add_argument("--reserve-s", type=float, default=50.0,
                     help="seconds kept for export and evaluation")
     ap.add_argument("--max-steps", type=int, default=None)
@@ -75,15 +87,29 @@ def parse_args(argv):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--smoke", action="store_true",
                     help="tiny model, short contexts, few steps: checks the whole path")
+    ap.add_argument("--model", default=None, choices=tuple(MODEL_SHAPES),
+                    help="model shape (default: 'default', or 'smoke' with --smoke); 'small' "
+                         "(2 layers, hidden 128) is for recipe experiments on a CPU")
     ap.add_argument("--batch-tokens", type=int, default=16 * 8192, help="tokens per step")
-    ap.add_argument("--stages", default="0:1024,0.15:2048,0.35:4096,0.6:8192",
+    ap.add_argument("--stages", default="0:1024,0.1:2048,0.25:4096,0.45:8192",
                     help="time fraction:context pairs of the curriculum")
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--min-lr-frac", type=float, default=0.1)
     ap.add_argument("--warmup-steps", type=int, default=100)
     ap.add_argument("--weight-decay", type=float, default=0.1)
     ap.add_argument("--clip", type=float, default=1.0)
-    ap.add_argument("--passkey-frac", type=float, default=0.35)
+    ap.add_argument("--passkey-frac", type=float, default=0.3,
+                    help="share of the rows holding passkey documents")
+    ap.add_argument("--passkey-full", type=float, default=0.25,
+                    help="share of the passkey rows that are one document of the row's length; "
+                         "the others pack documents of log-uniform length")
+    ap.add_argument("--passkey-min", type=int, default=64,
+                    help="shortest packed passkey document, in tokens")
+    ap.add_argument("--repeat-frac", type=float, default=0.2,
+                    help="share of the rows of text in which a span reappears verbatim "
+                         "(induction targets)")
+    ap.add_argument("--repeat-min", type=int, default=16,
+                    help="shortest repeated span, in tokens (the longest is half the row)")
     ap.add_argument("--answer-weight", type=float, default=2.0)
     ap.add_argument("--compile", action="store_true", help="torch.compile the decoder")
     ap.add_argument("--log-every", type=int, default=20)
@@ -94,6 +120,8 @@ def parse_args(argv):
     ap.add_argument("--passkey-per-cell", type=int, default=10)
     ap.add_argument("--eval-batch", type=int, default=8)
     args = ap.parse_args(argv)
+    if args.model is None:
+        args.model = "smoke" if args.smoke else "default"
     if args.smoke:
         # Small enough to run in seconds on a CPU while exercising every stage.
         args.batch_tokens = min(args.batch_tokens, 8 * 256)
@@ -109,14 +137,10 @@ def parse_args(argv):
     return args
 
 
-def model_config(vocab: int, bos_id: int | None, eos_id: int, smoke: bool):
+def model_config(vocab: int, bos_id: int | None, eos_id: int, shape_name: str):
     from transformers import LlamaConfig
 
-    shape = (dict(hidden_size=64, intermediate_size=176, num_hidden_layers=2,
-                  num_attention_heads=2, num_key_value_heads=1, head_dim=32)
-             if smoke else
-             dict(hidden_size=512, intermediate_size=1408, num_hidden_layers=4,
-                  num_attention_heads=4, num_key_value_heads=2, head_dim=128))
+    shape = MODEL_SHAPES[shape_name]
     cfg = LlamaConfig(vocab_size=vocab, hidden_act="silu", max_position_embeddings=8192,
                       rms_norm_eps=1e-5, rope_theta=500000.0, tie_word_embeddings=True,
                       attention_bias=False, mlp_bias=False, initializer_range=0.02,
@@ -132,23 +156,65 @@ def model_config(vocab: int, bos_id: int | None, eos_id: int, smoke: bool):
     return cfg
 
 
+# Role of the second copy in a repeated-text row: ordinary language-model loss,
+# counted separately in the log because its accuracy shows induction forming.
+ROLE_COPY = 3
+
+
+def log_uniform_int(rng: np.random.Generator, lo: int, hi: int) -> int:
+    """An integer in [lo, hi], log-uniform: as many draws in 64..128 as in
+    4096..8192, so short cases stay frequent while the token mass spreads
+    evenly over the range."""
+    if hi <= lo:
+        return lo
+    return int(min(hi, math.floor(math.exp(rng.uniform(math.log(lo), math.log(hi + 1))))))
+
+
 class Batcher:
-    """Builds training batches with numpy: random windows of the packed tokens
-    and passkey documents, each row BOS + length tokens, with token roles."""
+    """Builds training batches with numpy, each row `length + 1` tokens with a
+    role per token. Three kinds of rows:
+
+    * text: BOS + a random window of the packed training tokens;
+    * repeated text (`repeat_frac`): a text row in which a span (log-uniform
+      length, 16 .. half the row) reappears verbatim at a random later place.
+      Every token of the second copy is predictable only by finding the first
+      copy and reading the token after the current one there: the induction
+      (previous-token + copy) circuit that passkey retrieval needs, trained on
+      thousands of targets per row rather than the few answer tokens of a
+      passkey document (Olsson et al. 2022, "In-context learning and induction
+      heads");
+    * passkey (`passkey_frac`): a share `passkey_full` of them is one document
+      of the row's length (the distances the evaluation asks for); the others
+      hold documents packed back to back, each of log-uniform length between
+      `passkey_min` and what is left of the row, so that retrieval is learned
+      first on short haystacks and every stage keeps short ones.
+    """
 
     def __init__(self, train: np.ndarray, haystack: pk.Haystack, enc: pk.PasskeyEncoder,
-                 bos_id: int | None, passkey_frac: float, seed: int):
+                 bos_id: int | None, passkey_frac: float, seed: int, repeat_frac: float = 0.0,
+                 passkey_min: int = 64, repeat_min: int = 16, passkey_full: float = 1.0):
+        if passkey_frac + repeat_frac > 1.0:
+            raise SystemExit(f"--passkey-frac {passkey_frac} + --repeat-frac {repeat_frac} "
+                             "exceeds 1")
         self.train = train
         self.haystack = haystack
         self.enc = enc
         self.bos_id = bos_id
         self.passkey_frac = passkey_frac
+        self.repeat_frac = repeat_frac
+        self.passkey_min = passkey_min
+        self.repeat_min = repeat_min
+        self.passkey_full = passkey_full
         self.rng = np.random.default_rng(seed)
 
+    @staticmethod
+    def _share(frac: float, rows: int) -> int:
+        n = min(rows, int(round(frac * rows)))
+        return max(1, n) if frac > 0 else n
+
     def __call__(self, rows: int, length: int) -> tuple[np.ndarray, np.ndarray]:
-        n_pk = min(rows, int(round(self.passkey_frac * rows)))
-        if self.passkey_frac > 0:
-            n_pk = max(1, n_pk)
+        n_pk = self._share(self.passkey_frac, rows)
+        n_rep = min(rows - n_pk, self._share(self.repeat_frac, rows))
         n_text = rows - n_pk
         lead = 0 if self.bos_id is None else 1
         tokens = np.empty((rows, length + 1), dtype=np.int64)
@@ -161,10 +227,37 @@ class Batcher:
         if lead:
             tokens[:n_text, 0] = self.bos_id
         tokens[:n_text, lead:] = self.train[starts[:, None] + np.arange(span)]
+        for r in range(n_rep):
+            self._repeat(tokens[r], roles[r], lead)
         for r in range(n_text, rows):
-            ids, rl = pk.training_sample(self.enc, self.haystack, length + 1, self.rng)
-            tokens[r], roles[r] = ids, rl
+            tokens[r], roles[r] = self._passkey_row(length + 1)
         return tokens, roles
+
+    def _repeat(self, row: np.ndarray, role: np.ndarray, lead: int) -> None:
+        """Copies a span of the row's text to a later place in the same row."""
+        n = row.size - lead
+        s = log_uniform_int(self.rng, min(self.repeat_min, n // 2), n // 2)
+        a = lead + int(self.rng.integers(0, n - 2 * s + 1))
+        b = int(self.rng.integers(a + s, lead + n - s + 1))
+        row[b:b + s] = row[a:a + s]
+        role[b:b + s] = ROLE_COPY
+
+    def _passkey_row(self, total: int) -> tuple[np.ndarray, np.ndarray]:
+        """Passkey documents of random lengths filling exactly `total` tokens."""
+        if total < self.passkey_min:
+            raise SystemExit(f"rows of {total} tokens are shorter than --passkey-min "
+                             f"{self.passkey_min}")
+        ids, roles, left = [], [], total
+        full = self.rng.random() < self.passkey_full
+        while left > 0:
+            n = left if full else log_uniform_int(self.rng, self.passkey_min, left)
+            if left - n < self.passkey_min:
+                n = left  # the remainder would be too short for a document of its own
+            i, r = pk.training_sample(self.enc, self.haystack, n, self.rng)
+            ids.append(i)
+            roles.append(r)
+            left -= n
+        return np.concatenate(ids), np.concatenate(roles)
 
 
 def parse_stages(text: str) -> list[tuple[float, int]]:
@@ -224,11 +317,13 @@ def train(args, model, batcher, device, t_start: float) -> dict:
     autocast = torch.autocast(device_type=device.type, dtype=torch.bfloat16)
     pin = device.type == "cuda"
     step, tokens_seen = 0, 0
-    acc = torch.zeros(4, device=device)  # lm loss sum, answer loss sum, answer hits, answer n
+    # lm loss sum, answer loss sum, answer hits, answer n, copy loss sum, copy hits, copy n
+    acc = torch.zeros(7, device=device)
     last_t, last_tokens, last_step = time.time(), 0, 0
     history = []
     log(f"train: budget {budget:.0f}s for training, {args.batch_tokens} tokens/step, "
-        f"stages {stages}, passkey share {args.passkey_frac}")
+        f"stages {stages}, passkey share {args.passkey_frac} ({args.passkey_full} of it "
+        f"full-length), repeated-text share {args.repeat_frac}")
     model.train()
     while True:
         now = time.time()
@@ -247,7 +342,8 @@ def train(args, model, batcher, device, t_start: float) -> dict:
         tokens = tokens.to(device, non_blocking=True)
         roles = roles.to(device, non_blocking=True)
         inputs, targets, target_roles = tokens[:, :-1], tokens[:, 1:], roles[:, 1:]
-        lm_mask = (target_roles == pk.ROLE_TEXT).float()
+        copy_mask = (target_roles == ROLE_COPY).float()
+        lm_mask = (target_roles == pk.ROLE_TEXT).float() + copy_mask
         ans_mask = (target_roles == pk.ROLE_ANSWER).float()
         lr = lr_at(args, step, frac)
         for group in opt.param_groups:
@@ -262,8 +358,10 @@ def train(args, model, batcher, device, t_start: float) -> dict:
         torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
         opt.step()
         with torch.no_grad():
-            hits = ((logits.argmax(-1) == targets).float() * ans_mask).sum()
-            acc += torch.stack([lm_loss.detach(), ans_loss.detach(), hits, ans_mask.sum()])
+            right = (logits.argmax(-1) == targets).float()
+            acc += torch.stack([lm_loss.detach(), ans_loss.detach(), (right * ans_mask).sum(),
+                                ans_mask.sum(), (ce.detach() * copy_mask).sum(),
+                                (right * copy_mask).sum(), copy_mask.sum()])
         del logits
         step += 1
         tokens_seen += rows * length
@@ -272,14 +370,16 @@ def train(args, model, batcher, device, t_start: float) -> dict:
                 torch.cuda.synchronize()
             t = time.time()
             n = step - last_step
-            lm, al, h, an = acc.tolist()
+            lm, al, h, an, cl, ch, cn = acc.tolist()
             tps = (tokens_seen - last_tokens) / max(1e-9, t - last_t)
             rec = {"step": step, "seconds": round(t - t_start, 1), "context": length,
                    "lr": lr, "lm_loss": lm / n, "answer_loss": al / n,
-                   "answer_token_acc": h / max(1.0, an), "tokens_per_s": tps}
+                   "answer_token_acc": h / max(1.0, an), "copy_loss": cl / max(1.0, cn),
+                   "copy_token_acc": ch / max(1.0, cn), "tokens_per_s": tps}
             history.append(rec)
             log(f"step {step:5d}  t {t - t_start:6.1f}s  ctx {length:5d}  lr {lr:.2e}  "
                 f"loss {lm / n:.4f}  answer {al / n:.3f} (acc {h / max(1.0, an):.2f})  "
+                f"copy {cl / max(1.0, cn):.3f} (acc {ch / max(1.0, cn):.2f})  "
                 f"{tps / 1e3:8.1f}k tok/s")
             acc.zero_()
             last_t, last_tokens, last_step = t, tokens_seen, step
@@ -432,7 +532,7 @@ def eval_passkey(model, enc, haystack, lengths, per_cell, seed, batch, device) -
                 if not ok and len(failures) < 8:
                     failures.append({"length": length, "depth": s.depth, "key": s.key,
                                      "generated": text})
-        table[str(length)] = {str(d): float(np.mean(v)) for d, v in correct.items()}
+        table[str(length)] = {str(d): float(np.mean(correct[d])) for d in sorted(correct)}
     return {"passkey": table, "passkey_failures": failures,
             "passkey_mean": {n: float(np.mean(list(row.values()))) for n, row in table.items()}}
 
@@ -495,14 +595,16 @@ def main(argv=None) -> None:
     enc = pk.load_encoder(args.tokenizer, args.data)
     train_hay = pk.Haystack.load(args.data, "train")
     valid_hay = pk.Haystack.load(args.data, "valid")
-    cfg = model_config(meta["vocab_size"], meta["bos_id"], meta["eos_id"], args.smoke)
+    cfg = model_config(meta["vocab_size"], meta["bos_id"], meta["eos_id"], args.model)
     model = LlamaForCausalLM(cfg).to(device)
     n_params = sum(p.numel() for p in model.parameters())
     log(f"setup: {n_params / 1e6:.2f}M parameters, {train_tokens.size / 1e6:.1f}M training "
         f"tokens, {valid_tokens.size / 1e6:.2f}M validation tokens, "
         f"{time.time() - t_start:.1f}s")
 
-    batcher = Batcher(train_tokens, train_hay, enc, meta["bos_id"], args.passkey_frac, args.seed)
+    batcher = Batcher(train_tokens, train_hay, enc, meta["bos_id"], args.passkey_frac, args.seed,
+                      repeat_frac=args.repeat_frac, passkey_min=args.passkey_min,
+                      repeat_min=args.repeat_min, passkey_full=args.passkey_full)
     stats = train(args, model, batcher, device, t_start)
 
     t_eval = time.time()
