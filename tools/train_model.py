@@ -12,7 +12,7 @@ Reproduction (the packed data is made once, beside the repository):
 
     python3 tools/pack_corpus.py --tokenizer models/default/tokenizer.json --out .carry/corpus
     python3 tools/train_model.py --data .carry/corpus --tokenizer models/default/tokenizer.json \\
-        --out OUT/model --minutes 5
+        --out OUT/model --minutes 6
 
 and a CPU check of the whole path (tiny model, a few steps, short contexts):
 
@@ -22,11 +22,16 @@ and a CPU check of the whole path (tiny model, a few steps, short contexts):
 Training: bf16 autocast over fp32 master weights, AdamW (betas 0.9/0.95, weight
 decay on matrices), linear warmup then a cosine decay over the time budget,
 gradient clipping, PyTorch SDPA attention (flash kernels on the GPU). Context
-grows in stages (1024, 2048, 4096, then 8192 for the last 40% of the time) at a
-constant number of tokens per step. A share of the rows (``--passkey-frac``)
-are passkey documents; their answer tokens get a separate mean loss added with
-``--answer-weight``, the first statement of the key gets no loss. Every row
-starts with BOS; plain rows are random windows of the packed training tokens.
+grows in stages (1024, 2048, 4096, then 8192 for the last 55% of the time) at a
+constant number of tokens per step. Rows are of three kinds (see ``Batcher``):
+plain text (random windows of the packed training tokens), repeated text
+(``--repeat-frac``: a span that reappears verbatim later in the row, so that
+induction heads form early) and passkey rows (``--passkey-frac``: one document
+of the row's length, or short documents of log-uniform length packed back to
+back). Passkey answer tokens get a separate mean loss added with
+``--answer-weight``; the first statement of the key gets no loss, the second
+("... Remember it. {key} is the pass key.") keeps the ordinary loss, being
+itself a short-range copy. Every row starts with BOS.
 
 ``--minutes`` bounds the whole run: training stops ``--reserve-s`` seconds
 before the end to leave time for export and evaluation. The output folder gets
