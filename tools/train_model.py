@@ -265,6 +265,34 @@ class Batcher:
         return np.concatenate(ids), np.concatenate(roles)
 
 
+def check_batch(tokens: np.ndarray, roles: np.ndarray, bos_id: int | None, eos_id: int) -> None:
+    """Checks one batch's invariants before training on it: every repeated
+    span is a verbatim copy of an earlier span of its row, and every passkey
+    document ends in answer + EOS and (with a BOS) starts with BOS."""
+    for r in range(tokens.shape[0]):
+        row, role = tokens[r], roles[r]
+        copy = np.flatnonzero(role == ROLE_COPY)
+        if copy.size:
+            b, n = int(copy[0]), int(copy.size)
+            if copy[-1] - b + 1 != n:
+                raise SystemExit(f"batch check: row {r}: repeated span is not contiguous")
+            earlier = np.lib.stride_tricks.sliding_window_view(row[:b], n)
+            if not (earlier == row[b:b + n]).all(axis=1).any():
+                raise SystemExit(f"batch check: row {r}: the {n}-token span at {b} has no "
+                                 "earlier copy")
+        answer = role == pk.ROLE_ANSWER
+        if answer.any():
+            ends = np.flatnonzero(answer[:-1] & ~answer[1:]) + 1
+            if ends.size == 0 or not (row[ends] == eos_id).all() or ends[-1] != row.size - 1:
+                raise SystemExit(f"batch check: row {r}: a passkey answer is not followed by "
+                                 "EOS, or the row does not end with one")
+            if bos_id is not None:
+                starts = np.concatenate([[0], ends[:-1] + 1])
+                if not (row[starts] == bos_id).all():
+                    raise SystemExit(f"batch check: row {r}: a packed passkey document does "
+                                     "not start with BOS")
+
+
 def parse_stages(text: str) -> list[tuple[float, int]]:
     stages = sorted((float(a), int(b)) for a, b in (s.split(":") for s in text.split(",")))
     if not stages or stages[0][0] != 0.0:
@@ -321,7 +349,7 @@ def train(args, model, batcher, device, t_start: float) -> dict:
     deadline = t_start + budget
     autocast = torch.autocast(device_type=device.type, dtype=torch.bfloat16)
     pin = device.type == "cuda"
-    step, tokens_seen = 0, 0
+    step, tokens_seen, checked_length = 0, 0, 0
     # lm loss sum, answer loss sum, answer hits, answer n, copy loss sum, copy hits, copy n
     acc = torch.zeros(7, device=device)
     last_t, last_tokens, last_step = time.time(), 0, 0
@@ -340,6 +368,9 @@ def train(args, model, batcher, device, t_start: float) -> dict:
         length = stage_length(stages, frac)
         rows = max(1, args.batch_tokens // length)
         tokens_np, roles_np = batcher(rows, length)
+        if step == 0 or length != checked_length:
+            check_batch(tokens_np, roles_np, batcher.bos_id, batcher.enc.eos_id)
+            checked_length = length
         tokens = torch.from_numpy(tokens_np)
         roles = torch.from_numpy(roles_np)
         if pin:
