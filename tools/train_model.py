@@ -12,7 +12,7 @@ Reproduction (the packed data is made once, beside the repository):
 
     python3 tools/pack_corpus.py --tokenizer models/default/tokenizer.json --out .carry/corpus
     python3 tools/train_model.py --data .carry/corpus --tokenizer models/default/tokenizer.json \\
-        --out OUT/model --minutes 5
+        --out OUT/model --minutes 6
 
 and a CPU check of the whole path (tiny model, a few steps, short contexts):
 
@@ -22,11 +22,16 @@ and a CPU check of the whole path (tiny model, a few steps, short contexts):
 Training: bf16 autocast over fp32 master weights, AdamW (betas 0.9/0.95, weight
 decay on matrices), linear warmup then a cosine decay over the time budget,
 gradient clipping, PyTorch SDPA attention (flash kernels on the GPU). Context
-grows in stages (1024, 2048, 4096, then 8192 for the last 40% of the time) at a
-constant number of tokens per step. A share of the rows (``--passkey-frac``)
-are passkey documents; their answer tokens get a separate mean loss added with
-``--answer-weight``, the first statement of the key gets no loss. Every row
-starts with BOS; plain rows are random windows of the packed training tokens.
+grows in stages (1024, 2048, 4096, then 8192 for the last 55% of the time) at a
+constant number of tokens per step. Rows are of three kinds (tools/train_batches.py):
+plain text (random windows of the packed training tokens), repeated text
+(``--repeat-frac``: a span that reappears verbatim later in the row, so that
+induction heads form early) and passkey rows (``--passkey-frac``: one document
+of the row's length, or short documents of log-uniform length packed back to
+back). Passkey answer tokens get a separate mean loss added with
+``--answer-weight``; the first statement of the key gets no loss, the second
+("... Remember it. {key} is the pass key.") keeps the ordinary loss, being
+itself a short-range copy. Every row starts with BOS.
 
 ``--minutes`` bounds the whole run: training stops ``--reserve-s`` seconds
 before the end to leave time for export and evaluation. The output folder gets
@@ -54,8 +59,21 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import passkey as pk  # noqa: E402
+from train_batches import ROLE_COPY, Batcher, check_batch  # noqa: E402
 
 MAX_FILE_BYTES = 15_000_000
+
+
+MODEL_SHAPES = {
+    "default": dict(hidden_size=512, intermediate_size=1408, num_hidden_layers=4,
+                    num_attention_heads=4, num_key_value_heads=2, head_dim=128),
+    # Two layers are the fewest that can hold an induction head (a previous-token
+    # head in layer 0 composed with a copying head in layer 1).
+    "small": dict(hidden_size=128, intermediate_size=352, num_hidden_layers=2,
+                  num_attention_heads=2, num_key_value_heads=1, head_dim=64),
+    "smoke": dict(hidden_size=64, intermediate_size=176, num_hidden_layers=2,
+                  num_attention_heads=2, num_key_value_heads=1, head_dim=32),
+}
 
 
 def log(msg: str) -> None:
@@ -67,7 +85,7 @@ def parse_args(argv):
     ap.add_argument("--data", type=Path, required=True, help="folder from tools/pack_corpus.py")
     ap.add_argument("--tokenizer", type=Path, required=True, help="tokenizer.json")
     ap.add_argument("--out", type=Path, required=True, help="checkpoint folder to write")
-    ap.add_argument("--minutes", type=float, default=5.0, help="wall-clock budget of the run")
+    ap.add_argument("--minutes", type=float, default=6.0, help="wall-clock budget of the run")
     ap.add_argument("--reserve-s", type=float, default=50.0,
                     help="seconds kept for export and evaluation")
     ap.add_argument("--max-steps", type=int, default=None)
@@ -75,15 +93,29 @@ def parse_args(argv):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--smoke", action="store_true",
                     help="tiny model, short contexts, few steps: checks the whole path")
+    ap.add_argument("--model", default=None, choices=tuple(MODEL_SHAPES),
+                    help="model shape (default: 'default', or 'smoke' with --smoke); 'small' "
+                         "(2 layers, hidden 128) is for recipe experiments on a CPU")
     ap.add_argument("--batch-tokens", type=int, default=16 * 8192, help="tokens per step")
-    ap.add_argument("--stages", default="0:1024,0.15:2048,0.35:4096,0.6:8192",
+    ap.add_argument("--stages", default="0:1024,0.1:2048,0.25:4096,0.45:8192",
                     help="time fraction:context pairs of the curriculum")
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--min-lr-frac", type=float, default=0.1)
     ap.add_argument("--warmup-steps", type=int, default=100)
     ap.add_argument("--weight-decay", type=float, default=0.1)
     ap.add_argument("--clip", type=float, default=1.0)
-    ap.add_argument("--passkey-frac", type=float, default=0.35)
+    ap.add_argument("--passkey-frac", type=float, default=0.3,
+                    help="share of the rows holding passkey documents")
+    ap.add_argument("--passkey-full", type=float, default=0.25,
+                    help="share of the passkey rows that are one document of the row's length; "
+                         "the others pack documents of log-uniform length")
+    ap.add_argument("--passkey-min", type=int, default=64,
+                    help="shortest packed passkey document, in tokens")
+    ap.add_argument("--repeat-frac", type=float, default=0.2,
+                    help="share of the rows of text in which a span reappears verbatim "
+                         "(induction targets)")
+    ap.add_argument("--repeat-min", type=int, default=16,
+                    help="shortest repeated span, in tokens (the longest is half the row)")
     ap.add_argument("--answer-weight", type=float, default=2.0)
     ap.add_argument("--compile", action="store_true", help="torch.compile the decoder")
     ap.add_argument("--log-every", type=int, default=20)
@@ -94,6 +126,8 @@ def parse_args(argv):
     ap.add_argument("--passkey-per-cell", type=int, default=10)
     ap.add_argument("--eval-batch", type=int, default=8)
     args = ap.parse_args(argv)
+    if args.model is None:
+        args.model = "smoke" if args.smoke else "default"
     if args.smoke:
         # Small enough to run in seconds on a CPU while exercising every stage.
         args.batch_tokens = min(args.batch_tokens, 8 * 256)
@@ -109,14 +143,10 @@ def parse_args(argv):
     return args
 
 
-def model_config(vocab: int, bos_id: int | None, eos_id: int, smoke: bool):
+def model_config(vocab: int, bos_id: int | None, eos_id: int, shape_name: str):
     from transformers import LlamaConfig
 
-    shape = (dict(hidden_size=64, intermediate_size=176, num_hidden_layers=2,
-                  num_attention_heads=2, num_key_value_heads=1, head_dim=32)
-             if smoke else
-             dict(hidden_size=512, intermediate_size=1408, num_hidden_layers=4,
-                  num_attention_heads=4, num_key_value_heads=2, head_dim=128))
+    shape = MODEL_SHAPES[shape_name]
     cfg = LlamaConfig(vocab_size=vocab, hidden_act="silu", max_position_embeddings=8192,
                       rms_norm_eps=1e-5, rope_theta=500000.0, tie_word_embeddings=True,
                       attention_bias=False, mlp_bias=False, initializer_range=0.02,
@@ -130,41 +160,6 @@ def model_config(vocab: int, bos_id: int | None, eos_id: int, smoke: bool):
     if theta != 500000.0:
         raise SystemExit(f"LlamaConfig did not keep rope_theta=500000 (found {theta})")
     return cfg
-
-
-class Batcher:
-    """Builds training batches with numpy: random windows of the packed tokens
-    and passkey documents, each row BOS + length tokens, with token roles."""
-
-    def __init__(self, train: np.ndarray, haystack: pk.Haystack, enc: pk.PasskeyEncoder,
-                 bos_id: int | None, passkey_frac: float, seed: int):
-        self.train = train
-        self.haystack = haystack
-        self.enc = enc
-        self.bos_id = bos_id
-        self.passkey_frac = passkey_frac
-        self.rng = np.random.default_rng(seed)
-
-    def __call__(self, rows: int, length: int) -> tuple[np.ndarray, np.ndarray]:
-        n_pk = min(rows, int(round(self.passkey_frac * rows)))
-        if self.passkey_frac > 0:
-            n_pk = max(1, n_pk)
-        n_text = rows - n_pk
-        lead = 0 if self.bos_id is None else 1
-        tokens = np.empty((rows, length + 1), dtype=np.int64)
-        roles = np.zeros((rows, length + 1), dtype=np.uint8)
-        span = length + 1 - lead
-        if self.train.size <= span:
-            raise SystemExit(f"training data holds {self.train.size} tokens, fewer than one "
-                             f"row of {span}")
-        starts = self.rng.integers(0, self.train.size - span, size=n_text)
-        if lead:
-            tokens[:n_text, 0] = self.bos_id
-        tokens[:n_text, lead:] = self.train[starts[:, None] + np.arange(span)]
-        for r in range(n_text, rows):
-            ids, rl = pk.training_sample(self.enc, self.haystack, length + 1, self.rng)
-            tokens[r], roles[r] = ids, rl
-        return tokens, roles
 
 
 def parse_stages(text: str) -> list[tuple[float, int]]:
@@ -223,12 +218,14 @@ def train(args, model, batcher, device, t_start: float) -> dict:
     deadline = t_start + budget
     autocast = torch.autocast(device_type=device.type, dtype=torch.bfloat16)
     pin = device.type == "cuda"
-    step, tokens_seen = 0, 0
-    acc = torch.zeros(4, device=device)  # lm loss sum, answer loss sum, answer hits, answer n
+    step, tokens_seen, checked_length = 0, 0, 0
+    # lm loss sum, answer loss sum, answer hits, answer n, copy loss sum, copy hits, copy n
+    acc = torch.zeros(7, device=device)
     last_t, last_tokens, last_step = time.time(), 0, 0
     history = []
     log(f"train: budget {budget:.0f}s for training, {args.batch_tokens} tokens/step, "
-        f"stages {stages}, passkey share {args.passkey_frac}")
+        f"stages {stages}, passkey share {args.passkey_frac} ({args.passkey_full} of it "
+        f"full-length), repeated-text share {args.repeat_frac}")
     model.train()
     while True:
         now = time.time()
@@ -240,6 +237,9 @@ def train(args, model, batcher, device, t_start: float) -> dict:
         length = stage_length(stages, frac)
         rows = max(1, args.batch_tokens // length)
         tokens_np, roles_np = batcher(rows, length)
+        if step == 0 or length != checked_length:
+            check_batch(tokens_np, roles_np, batcher.bos_id, batcher.enc.eos_id)
+            checked_length = length
         tokens = torch.from_numpy(tokens_np)
         roles = torch.from_numpy(roles_np)
         if pin:
@@ -247,7 +247,8 @@ def train(args, model, batcher, device, t_start: float) -> dict:
         tokens = tokens.to(device, non_blocking=True)
         roles = roles.to(device, non_blocking=True)
         inputs, targets, target_roles = tokens[:, :-1], tokens[:, 1:], roles[:, 1:]
-        lm_mask = (target_roles == pk.ROLE_TEXT).float()
+        copy_mask = (target_roles == ROLE_COPY).float()
+        lm_mask = (target_roles == pk.ROLE_TEXT).float() + copy_mask
         ans_mask = (target_roles == pk.ROLE_ANSWER).float()
         lr = lr_at(args, step, frac)
         for group in opt.param_groups:
@@ -262,8 +263,10 @@ def train(args, model, batcher, device, t_start: float) -> dict:
         torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
         opt.step()
         with torch.no_grad():
-            hits = ((logits.argmax(-1) == targets).float() * ans_mask).sum()
-            acc += torch.stack([lm_loss.detach(), ans_loss.detach(), hits, ans_mask.sum()])
+            right = (logits.argmax(-1) == targets).float()
+            acc += torch.stack([lm_loss.detach(), ans_loss.detach(), (right * ans_mask).sum(),
+                                ans_mask.sum(), (ce.detach() * copy_mask).sum(),
+                                (right * copy_mask).sum(), copy_mask.sum()])
         del logits
         step += 1
         tokens_seen += rows * length
@@ -272,14 +275,16 @@ def train(args, model, batcher, device, t_start: float) -> dict:
                 torch.cuda.synchronize()
             t = time.time()
             n = step - last_step
-            lm, al, h, an = acc.tolist()
+            lm, al, h, an, cl, ch, cn = acc.tolist()
             tps = (tokens_seen - last_tokens) / max(1e-9, t - last_t)
             rec = {"step": step, "seconds": round(t - t_start, 1), "context": length,
                    "lr": lr, "lm_loss": lm / n, "answer_loss": al / n,
-                   "answer_token_acc": h / max(1.0, an), "tokens_per_s": tps}
+                   "answer_token_acc": h / max(1.0, an), "copy_loss": cl / max(1.0, cn),
+                   "copy_token_acc": ch / max(1.0, cn), "tokens_per_s": tps}
             history.append(rec)
             log(f"step {step:5d}  t {t - t_start:6.1f}s  ctx {length:5d}  lr {lr:.2e}  "
                 f"loss {lm / n:.4f}  answer {al / n:.3f} (acc {h / max(1.0, an):.2f})  "
+                f"copy {cl / max(1.0, cn):.3f} (acc {ch / max(1.0, cn):.2f})  "
                 f"{tps / 1e3:8.1f}k tok/s")
             acc.zero_()
             last_t, last_tokens, last_step = t, tokens_seen, step
@@ -432,7 +437,7 @@ def eval_passkey(model, enc, haystack, lengths, per_cell, seed, batch, device) -
                 if not ok and len(failures) < 8:
                     failures.append({"length": length, "depth": s.depth, "key": s.key,
                                      "generated": text})
-        table[str(length)] = {str(d): float(np.mean(v)) for d, v in correct.items()}
+        table[str(length)] = {str(d): float(np.mean(correct[d])) for d in sorted(correct)}
     return {"passkey": table, "passkey_failures": failures,
             "passkey_mean": {n: float(np.mean(list(row.values()))) for n, row in table.items()}}
 
@@ -495,14 +500,16 @@ def main(argv=None) -> None:
     enc = pk.load_encoder(args.tokenizer, args.data)
     train_hay = pk.Haystack.load(args.data, "train")
     valid_hay = pk.Haystack.load(args.data, "valid")
-    cfg = model_config(meta["vocab_size"], meta["bos_id"], meta["eos_id"], args.smoke)
+    cfg = model_config(meta["vocab_size"], meta["bos_id"], meta["eos_id"], args.model)
     model = LlamaForCausalLM(cfg).to(device)
     n_params = sum(p.numel() for p in model.parameters())
     log(f"setup: {n_params / 1e6:.2f}M parameters, {train_tokens.size / 1e6:.1f}M training "
         f"tokens, {valid_tokens.size / 1e6:.2f}M validation tokens, "
         f"{time.time() - t_start:.1f}s")
 
-    batcher = Batcher(train_tokens, train_hay, enc, meta["bos_id"], args.passkey_frac, args.seed)
+    batcher = Batcher(train_tokens, train_hay, enc, meta["bos_id"], args.passkey_frac, args.seed,
+                      repeat_frac=args.repeat_frac, passkey_min=args.passkey_min,
+                      repeat_min=args.repeat_min, passkey_full=args.passkey_full)
     stats = train(args, model, batcher, device, t_start)
 
     t_eval = time.time()
