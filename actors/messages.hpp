@@ -43,6 +43,7 @@ struct kv_usage {
   std::int64_t sequences = 0;
   std::int64_t tokens = 0;
   std::int64_t leases = 0;  // gathers still reading the store
+  std::int64_t blocks_reserved = 0;  // held for reservations, no token in them yet
 };
 
 // Where a gather reads: rows of the store's arena, resolved by the store.

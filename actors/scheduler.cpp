@@ -34,6 +34,10 @@ struct sequence {
   double decode_start_us = 0;
   bool in_step = false;
   bool awaiting_plan = false;
+  bool reserving = false;         // seated, waiting for the store's reservation
+  int appends_in_flight = 0;      // rows sent to the store, not yet acknowledged
+  const char* ended = nullptr;    // finish reason, once decided
+
   std::shared_ptr<const fetched_rows> fetched;  // for the next step
 };
 
@@ -59,6 +63,7 @@ struct scheduler_state {
 using self_ptr = scheduler_actor::stateful_pointer<scheduler_state>;
 
 void kick(self_ptr self, std::size_t w);
+void seat_pending(self_ptr self);
 
 // Frees what a sequence holds (store rows, worker cache, planner memory) and
 // forgets it. The caller has answered its promise.
@@ -89,17 +94,79 @@ void fail(self_ptr self, std::uint64_t id, const caf::error& err) {
   drop(self, id);
 }
 
-void finish(self_ptr self, sequence& s, const char* reason) {
+// Answers a sequence that has ended and whose rows the store has all
+// acknowledged.
+void complete(self_ptr self, sequence& s) {
   auto& st = self->state;
   if (std::string rest = s.text.flush(); !rest.empty() && s.sink)
     caf::anon_send(s.sink, delta_atom_v, s.id, std::int32_t(-1), std::move(rest));
   s.res.tokens = s.text.tokens();
   s.res.text = s.text.text();
-  s.res.finish_reason = reason;
+  s.res.finish_reason = s.ended;
   s.res.decode_seconds = s.decode_start_us > 0 ? (trace_now_us() - s.decode_start_us) / 1e6 : 0;
   ++st.stats.requests_done;
   s.promise.deliver(std::move(s.res));
   drop(self, s.id);
+}
+
+// A sequence has ended. It is reported finished only once every append of
+// its rows is acknowledged: an append the store refuses fails the request
+// instead, so a request whose KV was not stored never reports success.
+void finish(self_ptr self, sequence& s, const char* reason) {
+  s.ended = reason;
+  if (s.appends_in_flight == 0) complete(self, s);
+}
+
+// Asks the store for the sequence's whole host KV up front, prompt +
+// max_tokens clamped to the context, before its prefill is sent: a request
+// the budget cannot hold fails now, and the appends of one that was admitted
+// cannot be refused halfway through its generation.
+void reserve(self_ptr self, sequence& s) {
+  auto& st = self->state;
+  s.reserving = true;
+  const std::int64_t tokens =
+      std::min(st.opts.max_context, std::int64_t(s.req.prompt.size()) + std::int64_t(s.req.max_tokens));
+  const std::uint64_t id = s.id;
+  self->request(st.opts.store, st.opts.step_timeout, reserve_atom_v, seq_id(id), tokens)
+      .then(
+          [self, id](kv_usage&) {
+            const auto it = self->state.seqs.find(id);
+            if (it == self->state.seqs.end()) return;  // cancelled meanwhile; its free follows the reserve
+            it->second.reserving = false;
+            kick(self, it->second.worker);
+          },
+          [self, id](caf::error& e) {
+            fail(self, id, e);
+            seat_pending(self);
+          });
+}
+
+// Sends a step's rows to the store. Counted until acknowledged, so that
+// finish() can wait for them.
+void append_rows(self_ptr self, std::uint64_t id, std::shared_ptr<const kv_rows> rows) {
+  auto& st = self->state;
+  const auto it = st.seqs.find(id);
+  if (it == st.seqs.end()) return;  // failed or cancelled in this same step: its rows are not wanted
+  self->request(st.opts.store, st.opts.step_timeout, append_atom_v, kv_append{std::move(rows)})
+      .then(
+          [self, id](kv_usage&) {
+            const auto it = self->state.seqs.find(id);
+            if (it == self->state.seqs.end()) return;
+            sequence& s = it->second;
+            if (--s.appends_in_flight == 0 && s.ended) {
+              const std::size_t w = s.worker;
+              complete(self, s);
+              seat_pending(self);
+              kick(self, w);
+            }
+          },
+          [self, id](caf::error& e) {
+            const auto it = self->state.seqs.find(id);
+            const std::size_t w = it == self->state.seqs.end() ? no_worker : it->second.worker;
+            fail(self, id, e);
+            seat_pending(self);
+            kick(self, w);
+          });
 }
 
 // Seats waiting sequences on the live worker with the fewest sequences.
@@ -123,9 +190,10 @@ void seat_pending(self_ptr self) {
     if (best == no_worker) return;  // all seats taken: wait for a sequence to end
     const auto id = st.pending.front();
     st.pending.pop_front();
-    st.seqs.at(id).worker = best;
+    sequence& s = st.seqs.at(id);
+    s.worker = best;
     ++st.workers[best].sequences;
-    kick(self, best);
+    reserve(self, s);
   }
 }
 
@@ -167,12 +235,34 @@ bool take_token(self_ptr self, sequence& s, std::int32_t tok) {
   return true;
 }
 
+// Asks the planner for the rows the sequence's next step will read; the
+// sequence waits for the ticket before it is stepped again.
+void plan_next(self_ptr self, sequence& s, std::shared_ptr<const spec_scores> scores) {
+  s.awaiting_plan = true;
+  const std::uint64_t id = s.id;
+  self->request(self->state.opts.planner, self->state.opts.step_timeout, plan_atom_v, spec_request{std::move(scores)})
+      .then(
+          [self, id](fetch_ticket& t) {
+            const auto it = self->state.seqs.find(id);
+            if (it == self->state.seqs.end()) return;
+            it->second.fetched = std::move(t.rows);
+            it->second.awaiting_plan = false;
+            kick(self, it->second.worker);
+          },
+          [self, id](caf::error& e) { fail(self, id, e); });
+}
+
 void on_step_result(self_ptr self, std::size_t w, double sent_us, step_result& res) {
   auto& st = self->state;
   const double got_us = trace_now_us();
   st.workers[w].busy = false;
   bool any_decode = false;
   double compute_us = 0;
+  // Rows go to the store after the next step is on its way (the worker is
+  // the critical path, the store is not); counted in flight right away, so a
+  // sequence that ends in this step waits for them.
+  std::vector<std::pair<std::uint64_t, std::shared_ptr<const kv_rows>>> appends;
+  appends.reserve(res.outputs.size());
   for (auto& out : res.outputs) {
     const auto it = st.seqs.find(out.seq);
     if (it == st.seqs.end()) continue;  // cancelled while the step ran
@@ -187,9 +277,8 @@ void on_step_result(self_ptr self, std::size_t w, double sent_us, step_result& r
     any_decode = any_decode || !was_prefill;
     s.cache_length = out.cache_length;
     if (out.rows) {
-      const std::uint64_t id = s.id;
-      self->request(st.opts.store, st.opts.step_timeout, append_atom_v, kv_append{out.rows})
-          .then([](kv_usage&) {}, [self, id](caf::error& e) { fail(self, id, e); });
+      ++s.appends_in_flight;
+      appends.emplace_back(s.id, std::move(out.rows));
     }
     if (st.opts.planner && !out.needed.empty()) self->send(st.opts.planner, needed_atom_v, s.id, out.needed);
     if (was_prefill) {
@@ -203,21 +292,10 @@ void on_step_result(self_ptr self, std::size_t w, double sent_us, step_result& r
       ++s.res.decode_forwards;
     }
     if (!take_token(self, s, s.pick(out.logits))) continue;
-    if (st.opts.planner && out.scores) {
-      s.awaiting_plan = true;
-      const std::uint64_t id = s.id;
-      self->request(st.opts.planner, st.opts.step_timeout, plan_atom_v, spec_request{out.scores})
-          .then(
-              [self, id](fetch_ticket& t) {
-                const auto it = self->state.seqs.find(id);
-                if (it == self->state.seqs.end()) return;
-                it->second.fetched = std::move(t.rows);
-                it->second.awaiting_plan = false;
-                kick(self, it->second.worker);
-              },
-              [self, id](caf::error& e) { fail(self, id, e); });
-    }
+    if (st.opts.planner && out.scores) plan_next(self, s, std::move(out.scores));
   }
+  kick(self, w);
+  for (auto& [id, rows] : appends) append_rows(self, id, std::move(rows));
   ++st.stats.steps;
   if (any_decode) {
     ++st.stats.decode_steps;
@@ -237,7 +315,7 @@ void kick(self_ptr self, std::size_t w) {
   if (!slot.alive || slot.busy) return;
   std::vector<batch_candidate> cands;
   for (const auto& [id, s] : st.seqs)
-    if (s.worker == w && !s.in_step && !s.awaiting_plan)
+    if (s.worker == w && !s.in_step && !s.awaiting_plan && !s.reserving && !s.ended)
       cands.push_back({id, s.phase, s.phase == seq_phase::prefill ? std::int64_t(s.req.prompt.size()) : 1, s.arrival});
   if (cands.empty()) return;
   const batch_plan plan = (*st.former)(cands);

@@ -24,6 +24,7 @@ CAF_BEGIN_TYPE_ID_BLOCK(specpipe, caf::first_custom_type_id)
   // worker
   CAF_ADD_ATOM(specpipe, specpipe, step_atom, "step")
   // kv store
+  CAF_ADD_ATOM(specpipe, specpipe, reserve_atom, "reserve")
   CAF_ADD_ATOM(specpipe, specpipe, append_atom, "append")
   CAF_ADD_ATOM(specpipe, specpipe, resolve_atom, "resolve")
   CAF_ADD_ATOM(specpipe, specpipe, unpin_atom, "unpin")
@@ -100,7 +101,7 @@ typename Inspector::result_type inspect(Inspector& f, topk_hit_stats& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, kv_usage& x) {
   return f(caf::meta::type_name("kv_usage"), x.bytes_used, x.bytes_budget, x.blocks_used, x.blocks_total,
-           x.sequences, x.tokens, x.leases);
+           x.sequences, x.tokens, x.leases, x.blocks_reserved);
 }
 
 template <class Inspector>
