@@ -45,7 +45,7 @@ class fake_compute final : public step_compute {
 
   fake_compute(options o, std::shared_ptr<fake_counters> c) : opts_(o), counters_(std::move(c)) {}
 
-  compute_shape shape() const override { return {fake_layers, fake_heads, fake_head_dim, fake_vocab}; }
+  compute_shape shape() const override { return {fake_layers, fake_heads, fake_head_dim, fake_vocab, opts_.scores}; }
 
   void run(const step_entry& e, step_output& out) override {
     const int n = runs_++;
