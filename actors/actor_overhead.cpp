@@ -70,22 +70,27 @@ actor_overhead_result measure_actor_overhead(const model_config& config, const m
   // interference, and alternating exposes both to the same load.
   r.bare_step_us = r.actor_step_us = std::numeric_limits<double>::infinity();
   r.same_tokens = true;
+  scheduler_stats before = p.stats();
   for (int round = 0; round < r.rounds; ++round) {
     r.bare_step_us = std::min(r.bare_step_us, bare_round());
     const auto res = p.generate(std::uint64_t(round + 1), req);
+    const auto after = p.stats();
     r.same_tokens = r.same_tokens && res.tokens == bare_tokens;
-    if (res.decode_forwards > 0)
-      r.actor_step_us = std::min(r.actor_step_us, res.decode_seconds * 1e6 / double(res.decode_forwards));
+    const double step_us = res.decode_forwards > 0 ? res.decode_seconds * 1e6 / double(res.decode_forwards) : 0;
+    if (res.decode_forwards > 0 && step_us < r.actor_step_us) {
+      r.actor_step_us = step_us;
+      const auto steps = after.decode_steps - before.decode_steps;
+      r.worker_step_us = steps > 0 ? (after.decode_compute_us - before.decode_compute_us) / double(steps) : 0;
+    }
+    before = after;
   }
-  const auto st = p.stats();
   if (!std::isfinite(r.actor_step_us)) r.actor_step_us = 0;
   r.overhead_pct = r.bare_step_us > 0 ? 100.0 * (r.actor_step_us - r.bare_step_us) / r.bare_step_us : 0;
-  // The share of an actor step not spent in the worker's forward: messages,
-  // scheduling, the store append. (The round trip is no measure once a step
-  // is queued behind the running one: it includes that wait.)
-  const double worker_us = st.decode_steps > 0 ? st.decode_compute_us / double(st.decode_steps) : 0;
-  r.message_share_pct = r.actor_step_us > 0 ? 100.0 * (r.actor_step_us - worker_us) / r.actor_step_us : 0;
-  r.worker_step_us = worker_us;
+  // The share of the best actor step not spent in the worker's forward:
+  // messages, scheduling, the store append. (The round trip is no measure
+  // once a step is queued behind the running one: it includes that wait.)
+  r.message_share_pct =
+      r.actor_step_us > 0 ? 100.0 * (r.actor_step_us - r.worker_step_us) / r.actor_step_us : 0;
   return r;
 }
 

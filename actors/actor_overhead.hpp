@@ -17,7 +17,7 @@ struct actor_overhead_result {
   double bare_step_us = 0;       // mean cpu_forward time of one decode token, best round
   double actor_step_us = 0;      // mean wall time per decode token through the actors, best round
   double overhead_pct = 0;       // (actor - bare) / bare * 100
-  double worker_step_us = 0;     // mean forward time inside the worker (all rounds)
+  double worker_step_us = 0;     // mean forward time inside the worker, in the best actor round
   double message_share_pct = 0;  // of the best actor step, what the worker's forward does not explain, %
   bool same_tokens = false;      // both paths produced the same greedy tokens in every round
 };

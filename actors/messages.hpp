@@ -164,6 +164,7 @@ struct scheduler_stats {
   // the time it waited), and the forward time inside the worker.
   double decode_roundtrip_us = 0;
   double decode_compute_us = 0;
+  std::int64_t steps_queued_ahead = 0;  // sent while the worker was still running another
 };
 
 }  // namespace specpipe

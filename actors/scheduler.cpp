@@ -380,6 +380,7 @@ void kick(self_ptr self, std::size_t w) {
     ids.push_back(s.id);
     req.entries.push_back(std::move(e));
   }
+  if (slot.steps > 0) ++st.stats.steps_queued_ahead;
   ++slot.steps;
   const double sent_us = trace_now_us();
   self->request(slot.actor, st.opts.step_timeout, step_atom_v, std::move(req))

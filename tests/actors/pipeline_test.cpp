@@ -87,6 +87,11 @@ TEST(Pipeline, StreamsTokensAndTextLikeTheDirectLoop) {
   EXPECT_EQ(r.finish_reason, "length");
   EXPECT_EQ(r.prompt_tokens, 3);
   EXPECT_EQ(r.decode_forwards, 4);
+  // Every decode but the first was queued behind the step before it (the
+  // worker picked the token): no step waited for a message. The prefill's
+  // look-ahead is the first decode; none goes past the last token.
+  EXPECT_EQ(p.stats().steps_queued_ahead, 4);
+  EXPECT_EQ(p.stats().steps, 5);
   // The sequence's rows went to the host store and came back out at the end.
   const auto u = p.store_usage();
   EXPECT_EQ(u.sequences, 0);
