@@ -95,9 +95,10 @@ actor_overhead_result measure_actor_overhead(const model_config& config, const m
 }
 
 void print_actor_overhead(std::ostream& os, const actor_overhead_result& r) {
-  char line[320];
+  char line[400];
   std::snprintf(line, sizeof line,
-                "actor overhead (CPU backend, %lld decode steps, best of %d rounds): bare step %.1f us, actor step %.1f us, "
+                "actor overhead (CPU backend, %lld decode steps, best of %d rounds): "
+                "bare step %.1f us, actor step %.1f us, "
                 "overhead %+.1f%% | forward inside the worker %.1f us, the rest %.1f%% of an actor step | tokens %s\n",
                 static_cast<long long>(r.decode_steps), r.rounds, r.bare_step_us, r.actor_step_us, r.overhead_pct,
                 r.worker_step_us, r.message_share_pct, r.same_tokens ? "identical" : "DIFFER");
