@@ -12,17 +12,19 @@
 namespace specpipe {
 
 struct actor_overhead_result {
-  std::int64_t decode_steps = 0;
-  double bare_step_us = 0;       // mean cpu_forward time of one decode token
-  double actor_step_us = 0;      // mean wall time per decode token through the actors
+  std::int64_t decode_steps = 0;  // per round
+  int rounds = 0;
+  double bare_step_us = 0;       // mean cpu_forward time of one decode token, best round
+  double actor_step_us = 0;      // mean wall time per decode token through the actors, best round
   double overhead_pct = 0;       // (actor - bare) / bare * 100
-  double message_share_pct = 0;  // scheduler round trip not spent in the forward, % of the round trip
-  bool same_tokens = false;      // both paths produced the same greedy tokens
+  double worker_step_us = 0;     // mean forward time inside the worker, in the best actor round
+  double message_share_pct = 0;  // of the best actor step, what the worker's forward does not explain, %
+  bool same_tokens = false;      // both paths produced the same greedy tokens in every round
 };
 
 actor_overhead_result measure_actor_overhead(const model_config& config, const model_weights& weights,
                                              const std::vector<std::int32_t>& prompt, std::int32_t decode_tokens,
-                                             int threads = 0);
+                                             int threads = 0, int rounds = 5);
 
 void print_actor_overhead(std::ostream& os, const actor_overhead_result& r);
 

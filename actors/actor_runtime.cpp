@@ -21,6 +21,10 @@ void init_actor_types() {
 }
 
 void configure_actor_system(caf::actor_system_config& cfg) {
+  // Work sharing: idle threads sleep on one queue's condition variable. The
+  // default work stealing keeps them polling first, which on a small machine
+  // takes cores from the forward's own threads (actors/NOTES.md).
+  cfg.set("scheduler.policy", caf::atom("sharing"));
   cfg.add_error_category(caf::atom("specpipe"), [](std::uint8_t code, caf::atom_value, const caf::message& ctx) {
     std::string s = to_string(static_cast<pipeline_errc>(code));
     if (ctx.match_elements<std::string>()) s += ": " + ctx.get_as<std::string>(0);

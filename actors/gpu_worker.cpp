@@ -1,5 +1,7 @@
 #include "actors/gpu_worker.hpp"
 
+#include <unordered_map>
+
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 #include <caf/typed_response_promise.hpp>
@@ -13,6 +15,11 @@ struct gpu_worker_state {
   std::string track;
   std::shared_ptr<step_compute> compute;  // released with the state: caches go with the actor
   trace_sink trace;
+  // Each sequence's last picked token, for a step queued with sampled_token.
+  std::unordered_map<seq_id, std::int32_t> picked;
+  // One logits buffer reused by every step: picking here means logits never
+  // leave the worker, so no step allocates a vocab-sized vector.
+  std::vector<float> logits;
 
   worker_usage usage() const { return {id, compute->sequences(), compute->cache_bytes()}; }
 };
@@ -34,9 +41,18 @@ gpu_worker_actor::behavior_type gpu_worker_behavior(gpu_worker_actor::stateful_p
         res.step = req.step;
         res.worker = st.id;
         res.start_us = trace_now_us();
+        res.outputs.reserve(req.entries.size());
         for (auto& e : req.entries) {
           step_output out;
           out.seq = e.seq;
+          if (e.sampled_token) {
+            const auto it = st.picked.find(e.seq);
+            if (it == st.picked.end())
+              out.error = "worker " + std::to_string(st.id) + ": request " + std::to_string(e.seq) +
+                          ": a step continues from a picked token, but none was picked (its last step failed?)";
+            else
+              e.tokens.assign(1, it->second);
+          }
           const double t0 = trace_now_us();
           if (e.fetched) {
             // The rows must be there before attention reads them.
@@ -46,12 +62,19 @@ gpu_worker_actor::behavior_type gpu_worker_behavior(gpu_worker_actor::stateful_p
           }
           const double t1 = trace_now_us();
           if (out.error.empty()) {
+            out.logits.swap(st.logits);
             try {
               st.compute->run(e, out);
+              if (e.pick) {
+                out.token = (*e.pick)(out.logits);
+                st.picked[e.seq] = out.token;
+              }
             } catch (const std::exception& ex) {
               out.error = "worker " + std::to_string(st.id) + ": request " + std::to_string(e.seq) + ": " + ex.what();
             }
+            if (e.pick) out.logits.swap(st.logits);
           }
+          if (!out.error.empty()) st.picked.erase(e.seq);
           const double t2 = trace_now_us();
           out.compute_us = t2 - t1;
           if (st.trace) {
@@ -73,6 +96,7 @@ gpu_worker_actor::behavior_type gpu_worker_behavior(gpu_worker_actor::stateful_p
       },
       [self](free_atom, seq_id seq) -> worker_usage {
         self->state.compute->release(seq);
+        self->state.picked.erase(seq);
         return self->state.usage();
       },
       [self](usage_atom) -> worker_usage { return self->state.usage(); },

@@ -2,8 +2,9 @@
 // A GPU worker: one per device (the CPU backend counts as one), spawned
 // detached so it owns its thread, as CUDA contexts are per thread. Holds the
 // device's compute (weights reference, per-sequence caches) and runs the
-// steps it is sent. A sequence whose forward throws gets an error in its
-// step_output; the other sequences of the step are unaffected.
+// steps it is sent, picking each sequence's next token after its forward. A
+// sequence whose forward throws gets an error in its step_output; the other
+// sequences of the step are unaffected.
 #include <memory>
 
 #include <caf/actor_system.hpp>

@@ -7,7 +7,9 @@
 // one token's row of one (layer, head) is contiguous, and so are runs of
 // neighbouring tokens (the gather coalesces them). All streams of a sequence
 // grow together: appending n tokens extends each of layers x heads streams.
-// Allocation is all-or-nothing against a fixed budget of blocks.
+// Allocation is all-or-nothing against a fixed budget of blocks. A sequence
+// may reserve capacity up front (reserve): its blocks are taken from the
+// budget at once, so later appends within the reservation cannot fail.
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -30,6 +32,7 @@ struct kv_table_usage {
   std::int64_t blocks_total = 0;
   std::int64_t sequences = 0;
   std::int64_t tokens = 0;  // over all sequences
+  std::int64_t blocks_reserved = 0;  // taken by reservations, holding no token yet
 };
 
 // The budget cannot hold an append; says how much was needed and free.
@@ -56,8 +59,17 @@ class kv_block_table {
   std::int64_t streams() const { return std::int64_t(config_.n_layers) * config_.n_kv_heads; }
 
   // Blocks an append of n tokens to `seq` would take (0 when they fit the
-  // sequence's last blocks).
+  // blocks it holds, reserved ones included).
   std::int64_t blocks_needed(seq_id seq, std::int64_t n) const;
+
+  // Makes sure `seq` (created on first use) holds blocks for `tokens`
+  // tokens in every stream, taking what is missing from the budget now.
+  // Returns the blocks taken (0 when it already holds enough). Throws
+  // kv_budget_error, leaving the table unchanged, when the budget cannot.
+  std::int64_t reserve(seq_id seq, std::int64_t tokens);
+
+  // Tokens `seq` can hold without taking more blocks (0 when unknown).
+  std::int64_t capacity(seq_id seq) const;
 
   // Makes room for n more tokens in every stream of `seq` (creating the
   // sequence on first use) and returns the position of the first one.
@@ -81,11 +93,18 @@ class kv_block_table {
  private:
   struct sequence_blocks {
     std::int64_t tokens = 0;
-    // Block k of stream s is blocks[k * streams() + s].
+    // Block k of stream s is blocks[k * streams() + s]. Reserved blocks sit
+    // at the end, in the same order, beyond those the tokens fill.
     std::vector<std::int64_t> blocks;
   };
 
   kv_block_table_config config_;
+  std::int64_t blocks_for(std::int64_t tokens) const;
+  // Throws kv_budget_error naming `what` when `need` blocks are not free.
+  void check_budget(seq_id seq, std::int64_t need, const std::string& what) const;
+  // Moves `need` blocks from the free list to the end of `s.blocks`.
+  void take(sequence_blocks& s, std::int64_t need);
+
   std::unordered_map<seq_id, sequence_blocks> seqs_;
   std::vector<std::int64_t> free_list_;  // popped from the back
   std::int64_t tokens_ = 0;

@@ -34,7 +34,7 @@ struct kv_store_state {
     const auto u = table->usage();
     return {u.blocks_used * std::int64_t(kv_block_bytes(opts)),
             u.blocks_total * std::int64_t(kv_block_bytes(opts)),
-            u.blocks_used, u.blocks_total, u.sequences, u.tokens, std::int64_t(leases.size())};
+            u.blocks_used, u.blocks_total, u.sequences, u.tokens, std::int64_t(leases.size()), u.blocks_reserved};
   }
 
   void report() const {
@@ -51,10 +51,29 @@ struct kv_store_state {
   }
 };
 
-std::string mib(std::int64_t bytes) {
+// Bytes for people: the store may be a few hundred bytes in a test or many
+// GiB in a server.
+std::string human_bytes(std::int64_t bytes) {
+  static const char* const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = double(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 4) v /= 1024, ++u;
   char s[32];
-  std::snprintf(s, sizeof s, "%.2f MiB", double(bytes) / double(1 << 20));
+  std::snprintf(s, sizeof s, u == 0 ? "%.0f %s" : "%.2f %s", v, units[u]);
   return s;
+}
+
+// The refusal the scheduler passes on to the client: who, how much was
+// asked for, what is free and what the whole budget is.
+caf::error exhausted(const kv_store_options& o, const kv_budget_error& e, const std::string& who,
+                     const std::string& what) {
+  const auto bb = std::int64_t(kv_block_bytes(o));
+  return make_pipeline_error(pipeline_errc::store_exhausted,
+                             who + ": host KV store exhausted: " + what + " need " +
+                                 human_bytes(e.needed_blocks() * bb) + " more (" +
+                                 std::to_string(e.needed_blocks()) + " blocks), " +
+                                 human_bytes(e.free_blocks() * bb) + " free of the " +
+                                 human_bytes(e.total_blocks() * bb) + " budget (" + e.what() + ")");
 }
 
 kv_store_actor::behavior_type kv_store_behavior(kv_store_actor::stateful_pointer<kv_store_state> self,
@@ -68,6 +87,23 @@ kv_store_actor::behavior_type kv_store_behavior(kv_store_actor::stateful_pointer
   st.pinned = make_pinned_allocator();
   st.arena = buffer(*st.pinned, std::size_t(blocks) * kv_block_bytes(opts));
   return {
+      [self](reserve_atom, seq_id seq, std::int64_t tokens) -> caf::result<kv_usage> {
+        auto& st = self->state;
+        const std::string who = "request " + std::to_string(seq);
+        if (tokens < 0)
+          return make_pipeline_error(pipeline_errc::invalid_request,
+                                     who + ": reserve of " + std::to_string(tokens) + " tokens");
+        if (st.freed_while_pinned.count(seq))
+          return make_pipeline_error(pipeline_errc::unknown_sequence, who + ": sequence was freed");
+        try {
+          st.table->reserve(seq, tokens);
+        } catch (const kv_budget_error& e) {
+          return exhausted(st.opts, e, who,
+                           "reserving " + std::to_string(tokens) + " tokens (prompt + max_tokens) would");
+        }
+        st.report();
+        return st.usage();
+      },
       [self](append_atom, const kv_append& a) -> caf::result<kv_usage> {
         auto& st = self->state;
         const kv_rows& r = *a.rows;
@@ -90,12 +126,7 @@ kv_store_actor::behavior_type kv_store_behavior(kv_store_actor::stateful_pointer
         try {
           st.table->append(r.seq, r.n_tokens);
         } catch (const kv_budget_error& e) {
-          const auto bb = std::int64_t(kv_block_bytes(st.opts));
-          return make_pipeline_error(
-              pipeline_errc::store_exhausted,
-              who + ": host KV store exhausted: " + std::to_string(r.n_tokens) + " tokens need " +
-                  mib(e.needed_blocks() * bb) + " more, " + mib(e.free_blocks() * bb) + " free of the " +
-                  mib(e.total_blocks() * bb) + " budget (" + e.what() + ")");
+          return exhausted(st.opts, e, who, "appending " + std::to_string(r.n_tokens) + " tokens would");
         }
         auto* base = st.arena.as<std::byte>();
         const std::byte* src = r.data.data();

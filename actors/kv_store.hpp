@@ -17,12 +17,18 @@
 namespace specpipe {
 
 using kv_store_actor = caf::typed_actor<
-    // Refuses with store_exhausted (naming the sequence, need and budget).
+    // Takes blocks for `tokens` tokens of the sequence from the budget now,
+    // so its appends up to that length cannot be refused. Refuses with
+    // store_exhausted (naming the sequence, need and budget).
+    caf::replies_to<reserve_atom, seq_id, std::int64_t>::with<kv_usage>,
+    // Refuses with store_exhausted when the rows go beyond the sequence's
+    // reservation and the budget cannot hold them.
     caf::replies_to<append_atom, kv_append>::with<kv_usage>,
     // Rows for a gather, under a lease the engine returns with unpin.
     caf::replies_to<resolve_atom, seq_id, std::vector<topk_selection>>::with<gather_source>,
     caf::reacts_to<unpin_atom, std::uint64_t>,
-    // Blocks still under a lease are returned when the lease is.
+    // Frees rows and reservation. Blocks still under a lease are returned
+    // when the lease is.
     caf::replies_to<free_atom, seq_id>::with<kv_usage>,
     caf::replies_to<usage_atom>::with<kv_usage>>;
 

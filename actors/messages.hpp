@@ -5,7 +5,9 @@
 // memory are local-only and never cross the network.
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -43,6 +45,7 @@ struct kv_usage {
   std::int64_t sequences = 0;
   std::int64_t tokens = 0;
   std::int64_t leases = 0;  // gathers still reading the store
+  std::int64_t blocks_reserved = 0;  // held for reservations, no token in them yet
 };
 
 // Where a gather reads: rows of the store's arena, resolved by the store.
@@ -91,16 +94,27 @@ struct spec_request {
 
 // ---- gpu worker -------------------------------------------------------------
 
+// A token picker for one sequence, made from its sampling parameters (it
+// holds the sequence's random state). The scheduler makes it; the worker
+// calls it, on its own thread only, right after the forward, so logits never
+// travel and the next step can be queued before the token is known.
+using token_picker = std::function<std::int32_t(std::span<const float> logits)>;
+
 // One sequence's part of a step: prefill runs the prompt, decode one token,
 // at positions pos0 .. pos0 + tokens.size() - 1 of its cache. A cache mode
 // that reads prefetched rows gets them in `fetched` (wait on fetched->done
-// before reading).
+// before reading). `pick` chooses the entry's next token. With
+// `sampled_token` the entry's one token is the one this worker picked for the
+// sequence in its previous step (tokens is empty): the scheduler queues the
+// step before that token reaches it.
 struct step_entry {
   seq_id seq = 0;
   seq_phase phase = seq_phase::decode;
   std::vector<std::int32_t> tokens;
   std::int64_t pos0 = 0;
   std::shared_ptr<const fetched_rows> fetched;
+  std::shared_ptr<token_picker> pick;
+  bool sampled_token = false;
 };
 
 struct step_request {
@@ -115,7 +129,8 @@ struct step_request {
 struct step_output {
   seq_id seq = 0;
   std::string error;
-  std::vector<float> logits;  // [vocab] for the entry's last token
+  std::int32_t token = -1;     // picked by the worker from the last token's logits
+  std::vector<float> logits;  // [vocab] for the entry's last token; empty once picked
   std::shared_ptr<const kv_rows> rows;
   std::shared_ptr<const spec_scores> scores;
   std::vector<topk_selection> needed;
@@ -145,10 +160,11 @@ struct scheduler_stats {
   std::int64_t steps = 0;
   std::int64_t decode_steps = 0;
   // Summed over decode steps: from sending the step to handling its result
-  // (scheduler side), and the forward time inside the worker. Their
-  // difference is what the messages cost.
+  // (scheduler side; with a step queued behind a running one this includes
+  // the time it waited), and the forward time inside the worker.
   double decode_roundtrip_us = 0;
   double decode_compute_us = 0;
+  std::int64_t steps_queued_ahead = 0;  // sent while the worker was still running another
 };
 
 }  // namespace specpipe

@@ -18,6 +18,10 @@ namespace {
 
 constexpr std::size_t no_worker = std::numeric_limits<std::size_t>::max();
 
+// Steps a worker holds at once when pipelined: the running one and the one
+// queued behind it, which the worker starts without waiting for a message.
+constexpr int max_worker_steps = 2;
+
 struct sequence {
   std::uint64_t id = 0;
   generation_request req;
@@ -26,21 +30,26 @@ struct sequence {
   std::size_t worker = no_worker;
   seq_phase phase = seq_phase::prefill;
   std::uint64_t arrival = 0;
-  token_picker pick;
+  std::shared_ptr<token_picker> pick;  // called by the worker only
   text_stream text;
   std::int64_t cache_length = 0;
   std::int32_t next_token = 0;
   generation_result res;
   double decode_start_us = 0;
-  bool in_step = false;
+  int in_step = 0;                // steps sent and not answered (2: one queued ahead)
+  std::int64_t pos_ahead = 0;     // cache length once those steps have run
   bool awaiting_plan = false;
+  bool reserving = false;         // seated, waiting for the store's reservation
+  int appends_in_flight = 0;      // rows sent to the store, not yet acknowledged
+  const char* ended = nullptr;    // finish reason, once decided
+
   std::shared_ptr<const fetched_rows> fetched;  // for the next step
 };
 
 struct worker_slot {
   gpu_worker_actor actor;
   bool alive = true;
-  bool busy = false;
+  int steps = 0;  // sent, not answered
   std::int64_t sequences = 0;
 };
 
@@ -59,9 +68,11 @@ struct scheduler_state {
 using self_ptr = scheduler_actor::stateful_pointer<scheduler_state>;
 
 void kick(self_ptr self, std::size_t w);
+void seat_pending(self_ptr self);
 
 // Frees what a sequence holds (store rows, worker cache, planner memory) and
-// forgets it. The caller has answered its promise.
+// forgets it. The caller answers its promise after this, so the frees are
+// queued at the store and worker before the client can ask them anything.
 void drop(self_ptr self, std::uint64_t id) {
   auto& st = self->state;
   const auto it = st.seqs.find(id);
@@ -85,21 +96,88 @@ void fail(self_ptr self, std::uint64_t id, const caf::error& err) {
   const auto it = st.seqs.find(id);
   if (it == st.seqs.end()) return;
   ++st.stats.requests_failed;
-  it->second.promise.deliver(err);
+  auto promise = it->second.promise;
+  // Frees first: they are in the store's and worker's mailboxes before the
+  // client hears, so whatever the client asks them next sees them done.
   drop(self, id);
+  promise.deliver(err);
 }
 
-void finish(self_ptr self, sequence& s, const char* reason) {
+// Answers a sequence that has ended and whose rows the store has all
+// acknowledged.
+void complete(self_ptr self, sequence& s) {
   auto& st = self->state;
   if (std::string rest = s.text.flush(); !rest.empty() && s.sink)
     caf::anon_send(s.sink, delta_atom_v, s.id, std::int32_t(-1), std::move(rest));
   s.res.tokens = s.text.tokens();
   s.res.text = s.text.text();
-  s.res.finish_reason = reason;
+  s.res.finish_reason = s.ended;
   s.res.decode_seconds = s.decode_start_us > 0 ? (trace_now_us() - s.decode_start_us) / 1e6 : 0;
   ++st.stats.requests_done;
-  s.promise.deliver(std::move(s.res));
-  drop(self, s.id);
+  auto promise = s.promise;
+  auto res = std::move(s.res);
+  drop(self, s.id);  // frees before the answer, as in fail()
+  promise.deliver(std::move(res));
+}
+
+// A sequence has ended. It is reported finished only once every append of
+// its rows is acknowledged: an append the store refuses fails the request
+// instead, so a request whose KV was not stored never reports success.
+void finish(self_ptr self, sequence& s, const char* reason) {
+  s.ended = reason;
+  if (s.appends_in_flight == 0) complete(self, s);
+}
+
+// Asks the store for the sequence's whole host KV up front, prompt +
+// max_tokens clamped to the context, before its prefill is sent: a request
+// the budget cannot hold fails now, and the appends of one that was admitted
+// cannot be refused halfway through its generation.
+void reserve(self_ptr self, sequence& s) {
+  auto& st = self->state;
+  s.reserving = true;
+  const std::int64_t tokens =
+      std::min(st.opts.max_context, std::int64_t(s.req.prompt.size()) + std::int64_t(s.req.max_tokens));
+  const std::uint64_t id = s.id;
+  self->request(st.opts.store, st.opts.step_timeout, reserve_atom_v, seq_id(id), tokens)
+      .then(
+          [self, id](kv_usage&) {
+            const auto it = self->state.seqs.find(id);
+            if (it == self->state.seqs.end()) return;  // cancelled meanwhile; its free follows the reserve
+            it->second.reserving = false;
+            kick(self, it->second.worker);
+          },
+          [self, id](caf::error& e) {
+            fail(self, id, e);
+            seat_pending(self);
+          });
+}
+
+// Sends a step's rows to the store. Counted until acknowledged, so that
+// finish() can wait for them.
+void append_rows(self_ptr self, std::uint64_t id, std::shared_ptr<const kv_rows> rows) {
+  auto& st = self->state;
+  const auto it = st.seqs.find(id);
+  if (it == st.seqs.end()) return;  // failed or cancelled in this same step: its rows are not wanted
+  self->request(st.opts.store, st.opts.step_timeout, append_atom_v, kv_append{std::move(rows)})
+      .then(
+          [self, id](kv_usage&) {
+            const auto it = self->state.seqs.find(id);
+            if (it == self->state.seqs.end()) return;
+            sequence& s = it->second;
+            if (--s.appends_in_flight == 0 && s.ended) {
+              const std::size_t w = s.worker;
+              complete(self, s);
+              seat_pending(self);
+              kick(self, w);
+            }
+          },
+          [self, id](caf::error& e) {
+            const auto it = self->state.seqs.find(id);
+            const std::size_t w = it == self->state.seqs.end() ? no_worker : it->second.worker;
+            fail(self, id, e);
+            seat_pending(self);
+            kick(self, w);
+          });
 }
 
 // Seats waiting sequences on the live worker with the fewest sequences.
@@ -123,9 +201,10 @@ void seat_pending(self_ptr self) {
     if (best == no_worker) return;  // all seats taken: wait for a sequence to end
     const auto id = st.pending.front();
     st.pending.pop_front();
-    st.seqs.at(id).worker = best;
+    sequence& s = st.seqs.at(id);
+    s.worker = best;
     ++st.workers[best].sequences;
-    kick(self, best);
+    reserve(self, s);
   }
 }
 
@@ -167,17 +246,42 @@ bool take_token(self_ptr self, sequence& s, std::int32_t tok) {
   return true;
 }
 
+// Asks the planner for the rows the sequence's next step will read; the
+// sequence waits for the ticket before it is stepped again.
+void plan_next(self_ptr self, std::uint64_t id, std::shared_ptr<const spec_scores> scores) {
+  if (!self->state.seqs.count(id)) return;
+  self->request(self->state.opts.planner, self->state.opts.step_timeout, plan_atom_v, spec_request{std::move(scores)})
+      .then(
+          [self, id](fetch_ticket& t) {
+            const auto it = self->state.seqs.find(id);
+            if (it == self->state.seqs.end()) return;
+            it->second.fetched = std::move(t.rows);
+            it->second.awaiting_plan = false;
+            kick(self, it->second.worker);
+          },
+          [self, id](caf::error& e) { fail(self, id, e); });
+}
+
 void on_step_result(self_ptr self, std::size_t w, double sent_us, step_result& res) {
   auto& st = self->state;
   const double got_us = trace_now_us();
-  st.workers[w].busy = false;
+  --st.workers[w].steps;
   bool any_decode = false;
   double compute_us = 0;
+  // The next step goes out before the store and planner hear of this one:
+  // the worker is the critical path. Rows go to the store before any plan
+  // request, whose resolve must find them there; they count as in flight at
+  // once, so a sequence that ends in this step waits for them.
+  std::vector<std::pair<std::uint64_t, std::shared_ptr<const kv_rows>>> appends;
+  std::vector<std::pair<std::uint64_t, std::shared_ptr<const spec_scores>>> plans;
+  appends.reserve(res.outputs.size());
   for (auto& out : res.outputs) {
     const auto it = st.seqs.find(out.seq);
     if (it == st.seqs.end()) continue;  // cancelled while the step ran
     sequence& s = it->second;
-    s.in_step = false;
+    --s.in_step;
+    if (s.ended) continue;  // a step queued ahead of an end it could not foresee
+    if (out.error.empty() && out.token < 0) out.error = "worker " + std::to_string(w) + " returned no token";
     if (!out.error.empty()) {
       fail(self, s.id, make_pipeline_error(pipeline_errc::worker_failed, out.error));
       continue;
@@ -187,9 +291,8 @@ void on_step_result(self_ptr self, std::size_t w, double sent_us, step_result& r
     any_decode = any_decode || !was_prefill;
     s.cache_length = out.cache_length;
     if (out.rows) {
-      const std::uint64_t id = s.id;
-      self->request(st.opts.store, st.opts.step_timeout, append_atom_v, kv_append{out.rows})
-          .then([](kv_usage&) {}, [self, id](caf::error& e) { fail(self, id, e); });
+      ++s.appends_in_flight;
+      appends.emplace_back(s.id, std::move(out.rows));
     }
     if (st.opts.planner && !out.needed.empty()) self->send(st.opts.planner, needed_atom_v, s.id, out.needed);
     if (was_prefill) {
@@ -202,22 +305,15 @@ void on_step_result(self_ptr self, std::size_t w, double sent_us, step_result& r
     } else {
       ++s.res.decode_forwards;
     }
-    if (!take_token(self, s, s.pick(out.logits))) continue;
+    if (!take_token(self, s, out.token)) continue;
     if (st.opts.planner && out.scores) {
       s.awaiting_plan = true;
-      const std::uint64_t id = s.id;
-      self->request(st.opts.planner, st.opts.step_timeout, plan_atom_v, spec_request{out.scores})
-          .then(
-              [self, id](fetch_ticket& t) {
-                const auto it = self->state.seqs.find(id);
-                if (it == self->state.seqs.end()) return;
-                it->second.fetched = std::move(t.rows);
-                it->second.awaiting_plan = false;
-                kick(self, it->second.worker);
-              },
-              [self, id](caf::error& e) { fail(self, id, e); });
+      plans.emplace_back(s.id, std::move(out.scores));
     }
   }
+  kick(self, w);
+  for (auto& [id, rows] : appends) append_rows(self, id, std::move(rows));
+  for (auto& [id, scores] : plans) plan_next(self, id, std::move(scores));
   ++st.stats.steps;
   if (any_decode) {
     ++st.stats.decode_steps;
@@ -230,46 +326,76 @@ void on_step_result(self_ptr self, std::size_t w, double sent_us, step_result& r
   kick(self, w);
 }
 
+// Whether the sequence's next decode can be queued behind its running step:
+// that step must not be able to end it by length (its token would be its
+// last, or the context is full). An end by EOS or a stop string cannot be
+// foreseen: the queued step is then wasted, its output dropped.
+bool can_queue_ahead(const scheduler_state& st, const sequence& s) {
+  return st.opts.pipelined && s.in_step == 1 && !s.awaiting_plan &&
+         std::int64_t(s.text.tokens().size()) + 1 < std::int64_t(s.req.max_tokens) &&
+         s.pos_ahead < st.opts.max_context;
+}
+
 void kick(self_ptr self, std::size_t w) {
   auto& st = self->state;
   if (w == no_worker || w >= st.workers.size()) return;
   auto& slot = st.workers[w];
-  if (!slot.alive || slot.busy) return;
+  if (!slot.alive || slot.steps >= (st.opts.pipelined ? max_worker_steps : 1)) return;
   std::vector<batch_candidate> cands;
-  for (const auto& [id, s] : st.seqs)
-    if (s.worker == w && !s.in_step && !s.awaiting_plan)
+  for (const auto& [id, s] : st.seqs) {
+    if (s.worker != w || s.awaiting_plan || s.reserving || s.ended) continue;
+    if (s.in_step == 0)
       cands.push_back({id, s.phase, s.phase == seq_phase::prefill ? std::int64_t(s.req.prompt.size()) : 1, s.arrival});
+    else if (can_queue_ahead(st, s))
+      cands.push_back({id, seq_phase::decode, 1, s.arrival});
+  }
   if (cands.empty()) return;
   const batch_plan plan = (*st.former)(cands);
   if (plan.step.empty()) return;
   step_request req;
   req.step = st.next_step++;
+  req.entries.reserve(plan.step.size());
   std::vector<std::uint64_t> ids;
   for (const auto& c : plan.step) {
     sequence& s = st.seqs.at(c.seq);
     step_entry e;
     e.seq = s.id;
-    e.phase = s.phase;
-    e.pos0 = s.cache_length;
-    e.tokens = s.phase == seq_phase::prefill ? s.req.prompt : std::vector<std::int32_t>{s.next_token};
-    e.fetched = std::move(s.fetched);
-    s.fetched.reset();
-    s.in_step = true;
+    e.pick = s.pick;
+    if (s.in_step > 0) {
+      e.phase = seq_phase::decode;
+      e.pos0 = s.pos_ahead;
+      e.sampled_token = true;
+    } else {
+      e.phase = s.phase;
+      e.pos0 = s.cache_length;
+      if (s.phase == seq_phase::prefill)
+        e.tokens = s.req.prompt;
+      else
+        e.tokens.assign(1, s.next_token);
+      e.fetched = std::move(s.fetched);
+      s.fetched.reset();
+    }
+    s.pos_ahead = e.pos0 + (e.sampled_token ? 1 : std::int64_t(e.tokens.size()));
+    ++s.in_step;
     ids.push_back(s.id);
     req.entries.push_back(std::move(e));
   }
-  slot.busy = true;
+  if (slot.steps > 0) ++st.stats.steps_queued_ahead;
+  ++slot.steps;
   const double sent_us = trace_now_us();
   self->request(slot.actor, st.opts.step_timeout, step_atom_v, std::move(req))
       .then([self, w, sent_us](step_result& res) { on_step_result(self, w, sent_us, res); },
             [self, w, ids](caf::error& e) {
               auto& st = self->state;
-              st.workers[w].busy = false;
+              --st.workers[w].steps;
               // A timeout or a dead worker: the worker is lost; its other
               // sequences cannot be trusted to progress either.
               lose_worker(self, w, "failed during a step: " + describe(e));
               for (const auto id : ids) fail(self, id, make_pipeline_error(pipeline_errc::worker_failed, describe(e)));
             });
+  // A step queued ahead needs no wake: the worker starts it as soon as the
+  // running one is done.
+  if (slot.steps < max_worker_steps) kick(self, w);
 }
 
 caf::error validate(const scheduler_state& st, std::uint64_t id, const generation_request& req) {
@@ -293,7 +419,7 @@ scheduler_actor::behavior_type scheduler_behavior(self_ptr self, scheduler_optio
   auto& st = self->state;
   st.former = std::make_unique<batch_former>(opts.capacity, opts.policy);
   for (const auto& w : opts.workers) {
-    st.workers.push_back({w, true, false, 0});
+    st.workers.push_back({w, true, 0, 0});
     self->monitor(w);
   }
   st.opts = std::move(opts);
@@ -311,9 +437,9 @@ scheduler_actor::behavior_type scheduler_behavior(self_ptr self, scheduler_optio
           ++st.stats.requests_failed;
           return err;
         }
-        token_picker pick;
+        std::shared_ptr<token_picker> pick;
         try {
-          pick = st.opts.make_picker(req.sampling);
+          pick = std::make_shared<token_picker>(st.opts.make_picker(req.sampling));
         } catch (const std::exception& e) {
           ++st.stats.requests_failed;
           return make_pipeline_error(pipeline_errc::invalid_request, "request " + std::to_string(id) + ": " + e.what());

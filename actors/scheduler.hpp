@@ -38,9 +38,9 @@ using scheduler_actor = caf::typed_actor<
     caf::replies_to<cancel_atom, std::uint64_t>::with<bool>,
     caf::replies_to<stats_atom>::with<scheduler_stats>>;
 
-// A token picker for one sequence, made from its sampling parameters; throws
-// std::invalid_argument naming the field when they are out of range.
-using token_picker = std::function<std::int32_t(std::span<const float> logits)>;
+// Makes a sequence's token picker (actors/messages.hpp) from its sampling
+// parameters; throws std::invalid_argument naming the field when they are
+// out of range.
 using picker_factory = std::function<token_picker(const sampling_params&)>;
 
 struct scheduler_options {
@@ -57,6 +57,10 @@ struct scheduler_options {
   detokenizer detokenize;
   picker_factory make_picker;
   std::chrono::milliseconds step_timeout{std::chrono::minutes(5)};
+  // Queue a sequence's next decode step behind the running one (the worker
+  // picks the token itself), so the worker never waits for a message between
+  // steps. Off for cache modes whose next step needs the planner's rows.
+  bool pipelined = true;
 };
 
 scheduler_actor spawn_scheduler(caf::actor_system& sys, scheduler_options opts);

@@ -14,6 +14,9 @@ struct compute_shape {
   int n_kv_heads = 0;
   int head_dim = 0;
   std::int64_t vocab = 0;
+  // The cache mode reads rows the planner prefetches from the speculative
+  // scores of the step before: such steps cannot be queued ahead.
+  bool speculative = false;
 };
 
 class step_compute {

@@ -24,6 +24,7 @@ CAF_BEGIN_TYPE_ID_BLOCK(specpipe, caf::first_custom_type_id)
   // worker
   CAF_ADD_ATOM(specpipe, specpipe, step_atom, "step")
   // kv store
+  CAF_ADD_ATOM(specpipe, specpipe, reserve_atom, "reserve")
   CAF_ADD_ATOM(specpipe, specpipe, append_atom, "append")
   CAF_ADD_ATOM(specpipe, specpipe, resolve_atom, "resolve")
   CAF_ADD_ATOM(specpipe, specpipe, unpin_atom, "unpin")
@@ -100,7 +101,7 @@ typename Inspector::result_type inspect(Inspector& f, topk_hit_stats& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, kv_usage& x) {
   return f(caf::meta::type_name("kv_usage"), x.bytes_used, x.bytes_budget, x.blocks_used, x.blocks_total,
-           x.sequences, x.tokens, x.leases);
+           x.sequences, x.tokens, x.leases, x.blocks_reserved);
 }
 
 template <class Inspector>
@@ -111,7 +112,7 @@ typename Inspector::result_type inspect(Inspector& f, worker_usage& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, scheduler_stats& x) {
   return f(caf::meta::type_name("scheduler_stats"), x.requests_done, x.requests_failed, x.steps,
-           x.decode_steps, x.decode_roundtrip_us, x.decode_compute_us);
+           x.decode_steps, x.decode_roundtrip_us, x.decode_compute_us, x.steps_queued_ahead);
 }
 
 }  // namespace specpipe

@@ -54,6 +54,55 @@ TEST(KvBlockTable, BudgetExhaustionIsAllOrNothingAndNamesTheNeed) {
   EXPECT_EQ(t.usage().tokens, 4);
 }
 
+TEST(KvBlockTable, ReservedCapacityCannotBeTakenAndAppendsWithinItNeverFail) {
+  kv_block_table t({1, 2, 4, 6});  // 2 streams, 6 blocks
+  EXPECT_EQ(t.reserve(1, 9), 6);   // 3 blocks per stream: the whole budget
+  EXPECT_EQ(t.capacity(1), 12);
+  EXPECT_EQ(t.usage().blocks_used, 6);
+  EXPECT_EQ(t.usage().blocks_reserved, 6);
+  EXPECT_EQ(t.reserve(1, 5), 0);   // already holds enough
+  // Nobody else can get the reserved blocks...
+  EXPECT_THROW(t.append(2, 1), kv_budget_error);
+  EXPECT_THROW(t.reserve(3, 1), kv_budget_error);
+  EXPECT_FALSE(t.contains(2));
+  EXPECT_FALSE(t.contains(3));
+  // ...and the owner fills them token by token without taking any more.
+  std::set<std::int64_t> rows;
+  for (std::int64_t p = 0; p < 12; ++p) {
+    EXPECT_EQ(t.blocks_needed(1, 1), 0) << p;
+    EXPECT_EQ(t.append(1, 1), p);
+    rows.insert(t.row(1, 0, 0, p));
+    rows.insert(t.row(1, 0, 1, p));
+  }
+  EXPECT_EQ(rows.size(), 24u);  // every row distinct
+  EXPECT_EQ(t.row(1, 0, 0, 5), t.row(1, 0, 0, 4) + 1);  // a stream stays contiguous within a block
+  EXPECT_EQ(t.usage().blocks_reserved, 0);
+  EXPECT_THROW(t.append(1, 1), kv_budget_error);  // past the reservation, the budget decides
+  EXPECT_EQ(t.free(1), 6);
+  EXPECT_EQ(t.usage().blocks_used, 0);
+}
+
+TEST(KvBlockTable, ARefusedReservationNamesTheNeedAndChangesNothing) {
+  kv_block_table t({2, 2, 4, 10});
+  t.append(1, 4);  // 4 blocks
+  try {
+    t.reserve(2, 8);  // 2 blocks x 4 streams, 6 free
+    FAIL() << "reservation beyond the budget accepted";
+  } catch (const kv_budget_error& e) {
+    EXPECT_EQ(e.needed_blocks(), 8);
+    EXPECT_EQ(e.free_blocks(), 6);
+    EXPECT_EQ(e.total_blocks(), 10);
+    EXPECT_NE(std::string(e.what()).find("reserving 8 tokens"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(t.contains(2));
+  EXPECT_EQ(t.usage().blocks_used, 4);
+  EXPECT_EQ(t.reserve(1, 6), 4);  // a sequence's reservation counts what it holds
+  EXPECT_EQ(t.usage().blocks_reserved, 4);
+  EXPECT_EQ(t.free(1), 8);  // reserved blocks go back with the sequence
+  EXPECT_EQ(t.usage().blocks_reserved, 0);
+  EXPECT_EQ(t.usage().blocks_used, 0);
+}
+
 TEST(KvBlockTable, BadLookupsSayWhat) {
   kv_block_table t({1, 1, 4, 4});
   EXPECT_THROW((void)t.row(9, 0, 0, 0), std::out_of_range);

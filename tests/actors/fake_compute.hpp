@@ -3,7 +3,8 @@
 // tiny and predictable. Token t is always followed by (t + 1) % vocab; every
 // K|V row's bytes encode (sequence, layer, head, position), so a test can
 // check that fetched rows are the right ones and were complete when read.
-// Knobs: a delay per run, a failure after N runs, speculative scores.
+// Knobs: a delay per run, a failure after N runs, speculative scores, rows
+// the store refuses.
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -38,12 +39,13 @@ class fake_compute final : public step_compute {
     std::chrono::milliseconds delay{0};
     int fail_after_runs = -1;  // throw from the run with this index (0-based); -1: never
     bool scores = false;       // attach speculative scores (peaked at the newest positions)
+    int bad_rows_at_run = -1;  // the run with this index returns rows the store must refuse; -1: never
     std::int64_t max_context = 1 << 20;
   };
 
   fake_compute(options o, std::shared_ptr<fake_counters> c) : opts_(o), counters_(std::move(c)) {}
 
-  compute_shape shape() const override { return {fake_layers, fake_heads, fake_head_dim, fake_vocab}; }
+  compute_shape shape() const override { return {fake_layers, fake_heads, fake_head_dim, fake_vocab, opts_.scores}; }
 
   void run(const step_entry& e, step_output& out) override {
     const int n = runs_++;
@@ -75,6 +77,7 @@ class fake_compute final : public step_compute {
         for (int h = 0; h < fake_heads; ++h)
           for (int i = 0; i < 2 * fake_head_dim; ++i) *w++ = fake_row_word(e.seq, l, h, e.pos0 + t, i);
     len += n_tok;
+    if (n == opts_.bad_rows_at_run) rows->n_layers = fake_layers + 1;  // data no longer matches the shape
     out.rows = rows;
     out.cache_length = len;
     out.logits.assign(fake_vocab, 0.0f);

@@ -145,6 +145,21 @@ TEST(ModelPipeline, ReportsTheActorOverheadPerDecodeStep) {
   EXPECT_EQ(r.decode_steps, 47);
 }
 
+// The embedded default model (4 layers, hidden 512, vocab 4096): a decode
+// step of a size where the per-step message cost should vanish in the noise.
+TEST(ModelPipeline, ReportsTheActorOverheadOnTheDefaultModel) {
+  const std::string dir = SPECPIPE_SOURCE_DIR "/models/default";
+  const model_config config = load_model_config(dir + "/config.json");
+  const checkpoint files(dir);
+  const model_weights weights = bind_weights(files, config);
+  const std::vector<std::int32_t> prompt{4088, 17, 942, 99, 2000, 7, 311, 1024};
+  const auto r = measure_actor_overhead(config, weights, prompt, 64, 2);
+  print_actor_overhead(std::cout, r);
+  EXPECT_TRUE(r.same_tokens);
+  EXPECT_EQ(r.decode_steps, 63);
+  EXPECT_GT(r.bare_step_us, 0);
+}
+
 #else
 
 TEST(ModelPipeline, NeedsTheCpuForwardPass) {

@@ -87,6 +87,11 @@ TEST(Pipeline, StreamsTokensAndTextLikeTheDirectLoop) {
   EXPECT_EQ(r.finish_reason, "length");
   EXPECT_EQ(r.prompt_tokens, 3);
   EXPECT_EQ(r.decode_forwards, 4);
+  // Every decode but the first was queued behind the step before it (the
+  // worker picked the token): no step waited for a message. The prefill's
+  // look-ahead is the first decode; none goes past the last token.
+  EXPECT_EQ(p.stats().steps_queued_ahead, 4);
+  EXPECT_EQ(p.stats().steps, 5);
   // The sequence's rows went to the host store and came back out at the end.
   const auto u = p.store_usage();
   EXPECT_EQ(u.sequences, 0);
@@ -146,8 +151,11 @@ TEST(Pipeline, TwoWorkersServeDifferentSequencesAtOnce) {
       caf::after(20s) >> [&] { FAIL() << "timed out"; });
   for (const auto& o : out) EXPECT_TRUE(o.ok) << o.error;
   EXPECT_EQ(counters->max_active.load(), 2) << "the two workers never ran at the same time";
-  EXPECT_EQ(p.usage_of(0).sequences, 0);
-  EXPECT_EQ(p.usage_of(1).sequences, 0);
+  // Frees follow the answers asynchronously: poll briefly.
+  std::int64_t left = -1;
+  for (int i = 0; i < 100 && (left = p.usage_of(0).sequences + p.usage_of(1).sequences) != 0; ++i)
+    std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(left, 0);
 }
 
 TEST(Pipeline, CancellationFreesHostStoreAndCache) {
@@ -208,6 +216,71 @@ TEST(Pipeline, StoreExhaustionFailsOnlyThatRequest) {
   EXPECT_NE(out[0].error.find("budget"), std::string::npos) << out[0].error;
   ASSERT_TRUE(out[1].ok) << out[1].error;
   EXPECT_EQ(out[1].result.tokens.size(), 4u);
+}
+
+TEST(Pipeline, AdmissionReservesTheWholeGenerationAndReleasesItAtTheEnd) {
+  actor_runtime rt;
+  auto o = fake_options();
+  // 16 blocks of 4 tokens over 4 streams: request 1 (2 + 10 tokens) reserves
+  // 12 of them at admission, so request 2 (2 + 6 tokens, 8 blocks) cannot be
+  // admitted beside it, though its prompt alone would fit what is free.
+  o.store_budget_bytes = 16 * 4 * 16;
+  fake_compute::options fo;
+  fo.delay = 10ms;
+  pipeline p(rt.system(), fakes(1, fo, std::make_shared<fake_counters>()), o);
+  caf::scoped_actor self{rt.system()};
+  self->send(caf::actor_cast<caf::actor>(p.scheduler()), generate_atom_v, std::uint64_t(1), request_of({1, 2}, 10),
+             caf::actor_cast<caf::actor>(self));
+  // Once request 1 streams, its reservation is in place.
+  self->receive([](delta_atom, std::uint64_t, std::int32_t, const std::string&) {},
+                caf::after(10s) >> [] { FAIL() << "no tokens streamed"; });
+  const auto mid = p.store_usage();
+  EXPECT_EQ(mid.blocks_used, 12);
+  EXPECT_GT(mid.blocks_reserved, 0);
+  std::string refused;
+  self->request(p.scheduler(), 10s, generate_atom_v, std::uint64_t(2), request_of({3, 4}, 6), caf::actor{})
+      .receive([](generation_result&) { ADD_FAILURE() << "request 2 was admitted beyond the budget"; },
+               [&](caf::error& e) { refused = describe(e); });
+  EXPECT_NE(refused.find("store_exhausted"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("request 2"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("reserving 8 tokens"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("budget"), std::string::npos) << refused;
+  bool done = false;
+  self->receive_while([&] { return !done; })(
+      [](delta_atom, std::uint64_t, std::int32_t, const std::string&) {},
+      [&](generation_result& r) {
+        EXPECT_EQ(r.tokens.size(), 10u);
+        done = true;
+      },
+      [&](caf::error& e) {
+        ADD_FAILURE() << describe(e);
+        done = true;
+      },
+      caf::after(10s) >> [&] {
+        ADD_FAILURE() << "request 1 never finished";
+        done = true;
+      });
+  // The reservation left with request 1: request 2 now fits.
+  kv_usage u;
+  for (int i = 0; i < 100 && (u = p.store_usage()).blocks_used != 0; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(u.blocks_used, 0);
+  EXPECT_EQ(u.blocks_reserved, 0);
+  EXPECT_EQ(p.generate(3, request_of({3, 4}, 6), {}, 10s).tokens.size(), 6u);
+}
+
+TEST(Pipeline, ARefusedAppendFailsTheRequestEvenWhenItWasItsLastStep) {
+  actor_runtime rt;
+  fake_compute::options fo;
+  // Runs: prefill (0), decodes 1 and 2; the third token ends the request, so
+  // only waiting for the store's answer to run 2's rows can catch the refusal.
+  fo.bad_rows_at_run = 2;
+  pipeline p(rt.system(), fakes(1, fo, std::make_shared<fake_counters>()), fake_options());
+  const auto out = run_all(rt.system(), p, {request_of({1}, 3)});
+  ASSERT_FALSE(out[0].ok) << "a request whose rows were refused reported success";
+  EXPECT_NE(out[0].error.find("kv rows shaped"), std::string::npos) << out[0].error;
+  EXPECT_NE(out[0].error.find("request 1"), std::string::npos) << out[0].error;
+  EXPECT_EQ(p.stats().requests_done, 0);
+  EXPECT_EQ(p.stats().requests_failed, 1);
 }
 
 TEST(Pipeline, ComputeFailureBecomesAnErrorResult) {
