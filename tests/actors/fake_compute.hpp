@@ -41,6 +41,10 @@ class fake_compute final : public step_compute {
     bool scores = false;       // attach speculative scores (peaked at the newest positions)
     int bad_rows_at_run = -1;  // the run with this index returns rows the store must refuse; -1: never
     std::int64_t max_context = 1 << 20;
+    // The first run of this fake waits (up to 5 s) until this many runs are in
+    // progress over all fakes sharing the counters: a test of concurrency
+    // then depends on the pipeline, not on how the OS schedules threads.
+    int rendezvous = 0;
   };
 
   fake_compute(options o, std::shared_ptr<fake_counters> c) : opts_(o), counters_(std::move(c)) {}
@@ -56,6 +60,11 @@ class fake_compute final : public step_compute {
       std::atomic<int>& a;
       ~leave() { --a; }
     } guard{counters_->active};
+    if (opts_.rendezvous > 0 && n == 0) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      while (counters_->max_active.load() < opts_.rendezvous && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     if (opts_.fail_after_runs >= 0 && n >= opts_.fail_after_runs) throw std::runtime_error("injected device fault");
     if (opts_.delay.count() > 0) std::this_thread::sleep_for(opts_.delay);
     if (e.fetched) check_fetched(*e.fetched);

@@ -137,6 +137,7 @@ TEST(Pipeline, TwoWorkersServeDifferentSequencesAtOnce) {
   auto counters = std::make_shared<fake_counters>();
   fake_compute::options fo;
   fo.delay = 15ms;
+  fo.rendezvous = 2;  // each worker's first step waits for the other's
   pipeline p(rt.system(), fakes(2, fo, counters), fake_options());
   caf::scoped_actor self{rt.system()};
   // Both requests are in flight before either finishes.
