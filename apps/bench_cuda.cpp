@@ -12,6 +12,7 @@
 #include <random>
 
 #include "kernels/cuda/attention.hpp"
+#include "kernels/gather_bench.hpp"
 #include "kernels/cuda/device.hpp"
 #include "kernels/cuda/elementwise.hpp"
 #include "kernels/cuda/gemm.hpp"
@@ -137,6 +138,32 @@ void kernel_points(const bench_options& o, bench_report& r, const kc::device_pro
   }
 }
 
+// Sparse gathers of 256-byte rows (one token's K or V of one head, d=128,
+// f16) from a 4 GiB mapped pinned store, against a dense pinned copy over the
+// same link measured in the same run.
+void gather_points(bench_report& r) {
+  kernels::gather_bench_options go;
+  go.cpu = false;
+  const auto res = kernels::run_gather_bench(go);
+  double dense_gbs = 0;
+  for (const auto& g : res)
+    if (g.backend == "dense-pinned-copy") dense_gbs = g.gb_per_s;
+  for (const auto& g : res) {
+    bench_point p;
+    p.kind = "gather";
+    p.batch = g.rows;
+    p.ms = g.seconds * 1e3;
+    p.bytes = double(g.rows) * double(g.row_bytes);
+    p.roofline_ms = dense_gbs > 0 ? p.bytes / (dense_gbs * 1e9) * 1e3 : 0;
+    p.skipped = g.seconds <= 0;
+    char gbs[64];
+    std::snprintf(gbs, sizeof gbs, "%.1f GB/s", g.gb_per_s);
+    p.note = g.backend + ", " + std::to_string(g.row_bytes) + "-byte rows, " + gbs +
+             (g.matches_reference ? "" : ", OUTPUT MISMATCH") + (g.note.empty() ? "" : ", " + g.note);
+    r.points.push_back(p);
+  }
+}
+
 }  // namespace
 
 bench_report run_cuda_bench(const bench_options& o) {
@@ -148,6 +175,7 @@ bench_report run_cuda_bench(const bench_options& o) {
   r.copy_bandwidth = kc::measure_copy_bandwidth(std::size_t(2) << 30, 20);
   if (o.kernels) {
     kernel_points(o, r, props);
+    gather_points(r);
     return r;
   }
   const auto& c = o.config;

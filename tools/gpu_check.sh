@@ -37,8 +37,8 @@ run_tests() {  # binary, filter
   [ -x "$1" ] || { echo "missing $1" >> "$out/tests.log"; status=1; return; }
   timeout 300 "$1" --gtest_filter="$2" >> "$out/tests.log" 2>&1 || status=1
 }
-run_tests "$build/tests/specpipe_kernels_tests" 'cuda*'
-run_tests "$build/tests/specpipe_model_tests" 'cuda*'
+run_tests "$build/tests/specpipe_kernels_tests" 'cuda*:Cuda*'
+run_tests "$build/tests/specpipe_model_tests" 'cuda*:Cuda*'
 run_tests "$build/tests/specpipe_apps_tests" 'Cuda*'
 tests_summary=$(grep -E '^\[  (PASSED|FAILED|SKIPPED) \]' "$out/tests.log" | sort | uniq -c | tr '\n' ';')
 
@@ -80,6 +80,6 @@ echo "---- tests: $tests_summary"
 grep -hE '^(FAILED|\[  FAILED)|Failure|Expected|actual' "$out/tests.log" | head -20
 for b in kernels llama3_32k llama3_32k_nopdl llama3_4k_128k; do
   echo "---- $b"
-  grep -E '^(measured|attention|gemv|prefill|decode|kind)' "$out/$b.log" || tail -5 "$out/$b.log"
+  grep -E '^(measured|attention|gemv|gather|prefill|decode|kind)' "$out/$b.log" || tail -5 "$out/$b.log"
 done
 exit $status
