@@ -26,7 +26,7 @@
 #include "actors/gpu_worker.hpp"
 #include "actors/kv_store.hpp"
 #include "actors/speculation_planner.hpp"
-#include "actors/text_stream.hpp"
+#include "model/text_stream.hpp"
 #include "actors/tracer.hpp"
 #include "actors/type_ids.hpp"
 

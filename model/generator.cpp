@@ -13,46 +13,7 @@ double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
 }
 
-// Number of bytes at the end of `s` that form an incomplete UTF-8 sequence.
-std::size_t incomplete_utf8_tail(std::string_view s) {
-  const std::size_t n = s.size();
-  for (std::size_t back = 1; back <= 4 && back <= n; ++back) {
-    const auto c = static_cast<unsigned char>(s[n - back]);
-    if ((c & 0xC0) == 0x80) continue;  // continuation byte: keep looking for the lead
-    std::size_t need = 1;
-    if ((c & 0xE0) == 0xC0) need = 2;
-    else if ((c & 0xF0) == 0xE0) need = 3;
-    else if ((c & 0xF8) == 0xF0) need = 4;
-    return need > back ? back : 0;
-  }
-  return 0;
-}
-
-// Position of the earliest stop string in text, or npos.
-std::size_t find_stop(std::string_view text, const std::vector<std::string>& stop) {
-  std::size_t best = std::string_view::npos;
-  for (const auto& s : stop) {
-    if (s.empty()) continue;
-    best = std::min(best, text.find(s));
-  }
-  return best;
-}
-
 }  // namespace
-
-std::size_t stream_safe_prefix(std::string_view text, const std::vector<std::string>& stop) {
-  std::size_t safe = text.size() - incomplete_utf8_tail(text);
-  for (const auto& s : stop) {
-    // Hold back the longest suffix of text that is a proper prefix of s.
-    for (std::size_t k = std::min(s.size() - (s.empty() ? 0 : 1), text.size()); k > 0; --k) {
-      if (text.substr(text.size() - k) == std::string_view(s).substr(0, k)) {
-        safe = std::min(safe, text.size() - k);
-        break;
-      }
-    }
-  }
-  return safe;
-}
 
 cpu_decode_backend::cpu_decode_backend(cpu_forward& fwd, cache_policy& cache, const sampling_params& sampling)
     : fwd_(fwd), cache_(cache), sampler_(sampling), logits_(std::size_t(fwd.config().vocab_size)) {}
@@ -86,7 +47,7 @@ generation_result generate(decode_backend& backend, const tokenizer& tok, const 
   backend.prefill(req.prompt);
   res.prefill_seconds = seconds_since(t0);
 
-  std::size_t shown = 0;  // bytes of res.text already streamed
+  text_stream text(req.stop, [&tok](std::span<const std::int32_t> ids) { return tok.decode(ids); });
   auto t1 = clock_type::now();
   res.finish_reason = "length";
   for (std::int32_t step = 0; step < req.max_tokens; ++step) {
@@ -95,27 +56,22 @@ generation_result generate(decode_backend& backend, const tokenizer& tok, const 
       res.finish_reason = "stop";
       break;
     }
-    res.tokens.push_back(next);
-    res.text = tok.decode(res.tokens);
-    if (const auto at = find_stop(res.text, req.stop); at != std::string::npos) {
-      res.text.resize(at);
+    const auto pushed = text.push(next);
+    if (pushed.stopped) {
       res.finish_reason = "stop";
       break;
     }
-    if (on_text) {
-      const std::size_t safe = stream_safe_prefix(res.text, req.stop);
-      if (safe > shown) {
-        on_text(std::string_view(res.text).substr(shown, safe - shown));
-        shown = safe;
-      }
-    }
+    if (on_text && !pushed.delta.empty()) on_text(pushed.delta);
     if (step + 1 == req.max_tokens) break;
     if (backend.length() >= max_context) break;  // context full: finish with "length"
     backend.step(next);
     ++res.decode_forwards;
   }
   res.decode_seconds = seconds_since(t1);
-  if (on_text && res.text.size() > shown) on_text(std::string_view(res.text).substr(shown));
+  const std::string rest = text.flush();
+  if (on_text && !rest.empty()) on_text(rest);
+  res.tokens = text.tokens();
+  res.text = text.text();
   return res;
 }
 

@@ -13,6 +13,7 @@
 #include "model/cache_policy.hpp"
 #include "model/forward.hpp"
 #include "model/sampler.hpp"
+#include "model/text_stream.hpp"
 #include "model/tokenizer.hpp"
 
 namespace specpipe {
@@ -82,9 +83,5 @@ generation_result generate(decode_backend& backend, const tokenizer& tok, const 
 generation_result generate(cpu_forward& fwd, cache_policy& cache, const tokenizer& tok,
                            const std::vector<std::int32_t>& eos_ids, const generation_request& req,
                            std::int64_t max_context, const text_sink& on_text = {});
-
-// Length of the longest prefix of `text` that is safe to show: complete UTF-8
-// characters only, and no suffix that could begin one of `stop`.
-std::size_t stream_safe_prefix(std::string_view text, const std::vector<std::string>& stop);
 
 }  // namespace specpipe

@@ -6,7 +6,7 @@
 
 #include "actors/batch_former.hpp"
 #include "actors/kv_block_table.hpp"
-#include "actors/text_stream.hpp"
+#include "model/text_stream.hpp"
 #include "actors/topk_planner.hpp"
 
 namespace specpipe::testing {

@@ -1,4 +1,4 @@
-#include "actors/text_stream.hpp"
+#include "model/text_stream.hpp"
 
 #include <algorithm>
 
@@ -29,7 +29,7 @@ std::size_t find_stop(std::string_view text, const std::vector<std::string>& sto
 
 }  // namespace
 
-std::size_t safe_stream_prefix(std::string_view text, const std::vector<std::string>& stop) {
+std::size_t stream_safe_prefix(std::string_view text, const std::vector<std::string>& stop) {
   std::size_t safe = text.size() - incomplete_utf8_tail(text);
   for (const auto& s : stop) {
     if (s.empty()) continue;
@@ -54,7 +54,7 @@ text_stream::pushed text_stream::push(std::int32_t token) {
     r.stopped = true;
     return r;  // the held-back rest comes out through flush()
   }
-  const std::size_t safe = safe_stream_prefix(text_, stop_);
+  const std::size_t safe = stream_safe_prefix(text_, stop_);
   if (safe > shown_) {
     r.delta = text_.substr(shown_, safe - shown_);
     shown_ = safe;

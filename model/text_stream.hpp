@@ -1,7 +1,7 @@
 #pragma once
 // The text side of one sequence's decode: tokens in, text deltas out, with
-// the rules of model/generator.cpp's direct loop (so both paths print the
-// same bytes): the full text is re-decoded after each token, a stop string
+// the rules every decode loop uses (the direct loop of model/generator.cpp
+// and the actor scheduler print the same bytes through it): the full text is re-decoded after each token, a stop string
 // ends the text just before it, and a delta never splits a UTF-8 character
 // nor shows text that may still become the start of a stop string.
 #include <cstdint>
@@ -38,8 +38,7 @@ class text_stream {
 };
 
 // Bytes of `text` safe to show: whole UTF-8 characters, and no suffix that is
-// a proper prefix of a stop string (model/generator.hpp has the same rule for
-// the direct loop).
-std::size_t safe_stream_prefix(std::string_view text, const std::vector<std::string>& stop);
+// a proper prefix of a stop string.
+std::size_t stream_safe_prefix(std::string_view text, const std::vector<std::string>& stop);
 
 }  // namespace specpipe
