@@ -46,17 +46,18 @@ void quantize_run(const float* x, std::int64_t stride, std::int64_t n, int bits,
   *scale = f32_to_f16(s);
   *zero = f32_to_f16(z);
   const float s16 = f16_to_f32(*scale), z16 = f16_to_f32(*zero);
-  const float inv = s16 > 0 ? 1.0f / s16 : 0.0f;
-  const float inv_lower = s16 > 0 ? 16.0f / s16 : 0.0f;
+  // True divisions (not reciprocal products) so that ties round the same way
+  // in every implementation.
+  const float lower_step = s16 / 16.0f;
   for (std::int64_t i = 0; i < n; ++i) {
     const float v = x[i * stride];
-    const float u = std::clamp(std::rint((v - z16) * inv), 0.0f, float(levels));
+    const float u = s16 > 0 ? std::clamp(std::rint((v - z16) / s16), 0.0f, float(levels)) : 0.0f;
     const std::int64_t bit = (first + i) * bits;
     codes[bit >> 3] |= std::uint8_t(unsigned(u) << (bit & 7));
     if (lower) {
       // QuantSpec's residual plane: r = x - (min + U s), L = clamp(round(r / (s/16)), -8, 7) + 8.
       const float r = v - (z16 + u * s16);
-      const float l = std::clamp(std::rint(r * inv_lower), -8.0f, 7.0f) + 8.0f;
+      const float l = (s16 > 0 ? std::clamp(std::rint(r / lower_step), -8.0f, 7.0f) : 0.0f) + 8.0f;
       lower[bit >> 3] |= std::uint8_t(unsigned(l) << (bit & 7));
     }
   }
