@@ -60,7 +60,8 @@ class cpu_step_compute final : public step_compute {
     if (it == caches_.end()) {
       if (e.phase != seq_phase::prefill)
         throw std::runtime_error("decode step for a sequence without a cache (no prefill ran)");
-      auto inner = make_full_cache(config_, opts_.max_context, &fwd_.pool());
+      auto inner = opts_.make_cache ? opts_.make_cache(config_, opts_.max_context, &fwd_.pool())
+                                    : make_full_cache(config_, opts_.max_context, &fwd_.pool());
       it = caches_.emplace(e.seq, std::make_unique<capturing_cache>(std::move(inner), int(config_.num_hidden_layers),
                                                                     config_.kv_dim()))
                .first;

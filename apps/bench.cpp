@@ -1,6 +1,7 @@
 // `specpipe bench`: prefill and decode throughput of the full-precision path
 // against the roofline measured in the same run; `--kernels` times decode
-// attention and the decode GEMV alone.
+// attention and the decode GEMV alone; `--memory-only` runs nothing and
+// reports the KV bytes of each cache format against fp16.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -12,7 +13,9 @@
 #include "apps/cli_support.hpp"
 #include "apps/commands.hpp"
 #include "memory/allocator.hpp"
+#include "memory/kv_layout.hpp"
 #include "model/forward.hpp"
+#include "model/kv_mode.hpp"
 #include "model/model.hpp"
 #include "model/presets.hpp"
 
@@ -49,9 +52,92 @@ void print_table(const bench_options& o, const bench_report& r) {
   std::fflush(stdout);
 }
 
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char ch : text + ",") {
+    if (ch != ',') {
+      cur += ch;
+    } else if (!cur.empty()) {
+      out.push_back(cur);
+      cur.clear();
+    }
+  }
+  return out;
+}
+
+// KV bytes per sequence of each format at each context, as the decode loop
+// leaves them (tokens appended one at a time; memory/kv_layout.hpp's
+// quantized_tokens), with the full-precision window in f16 as a device holds
+// it. --kv-bits applies to the formats it is valid for (kivi 1/2/4, hier 4/8).
+int memory_report(const bench_options& o, const std::string& kinds, int bits, long long group, long long residual,
+                  const std::string& json_path) {
+  const auto& c = o.config;
+  boost::json::array rows;
+  std::printf("\nspecpipe bench --memory-only: %s (%lld layers, %lld KV heads, head_dim %lld)\n", o.model_name.c_str(),
+              static_cast<long long>(c.num_hidden_layers), static_cast<long long>(c.num_key_value_heads),
+              static_cast<long long>(c.head_dim));
+  std::printf("%-30s %8s %12s %12s %9s %14s %9s\n", "format", "context", "B/token", "packed B/tok", "window",
+              "MiB/sequence", "vs fp16");
+  for (const long long ctx : o.contexts) {
+    const double fp16 = double(fp16_bytes(ctx, c.head_dim, c.num_key_value_heads, c.num_hidden_layers));
+    for (const auto& kind : split_list(kinds)) {
+      int b = 0;
+      if ((kind == "kivi" && (bits == 1 || bits == 2 || bits == 4)) || (kind == "hier" && (bits == 4 || bits == 8)))
+        b = bits;
+      kv_mode m;
+      try {
+        m = parse_kv_mode(kind, b, kind == "full" ? 0 : group, kind == "kivi" || kind == "specache" ? residual : 0);
+      } catch (const std::invalid_argument& e) {
+        throw usage_error(e.what());
+      }
+      double total = fp16, packed_per_token = 0;
+      long long window = ctx;
+      if (m.format != kv_format::full) {
+        const kv_layout l = m.layout(c);
+        const std::int64_t q = quantized_tokens(ctx, m.group, m.flush_at());
+        window = ctx - q;
+        total = double(l.bytes(q, window, 2));
+        packed_per_token = double(l.key_group_bytes()) / double(l.group) + double(l.value_token_bytes());
+        packed_per_token *= double(l.n_kv_heads * l.n_layers);
+      }
+      const std::string name = m.format == kv_format::full ? "full (fp16)" : m.describe();
+      std::printf("%-30s %8lld %12.1f %12.1f %9lld %14.2f %8.4fx\n", name.c_str(), ctx, total / double(ctx),
+                  packed_per_token, window, total / double(1 << 20), total / fp16);
+      boost::json::object j;
+      j["format"] = kv_format_name(m.format);
+      j["description"] = name;
+      j["bits"] = m.bits;
+      j["group"] = m.group;
+      j["residual"] = m.residual;
+      j["context"] = ctx;
+      j["bytes_per_token"] = total / double(ctx);
+      j["packed_bytes_per_token"] = packed_per_token;
+      j["window_tokens"] = window;
+      j["bytes_per_sequence"] = total;
+      j["fp16_bytes_per_sequence"] = fp16;
+      j["ratio_to_fp16"] = total / fp16;
+      rows.emplace_back(std::move(j));
+    }
+  }
+  std::printf("note: windows counted at 2 bytes per element (f16, as a device keeps them); the CPU backend keeps "
+              "them in f32\n");
+  if (!json_path.empty()) {
+    std::ofstream out(json_path);
+    if (!out) throw std::runtime_error("--json: cannot write '" + json_path + "'");
+    boost::json::object root;
+    root["model"] = o.model_name;
+    root["memory"] = std::move(rows);
+    out << boost::json::serialize(root) << "\n";
+  }
+  return 0;
+}
+
 int bench_main(int argc, char** argv) {
   po::options_description desc("specpipe bench flags");
-  std::string preset, model_dir, batches = "1", contexts = "4096", json_path, device = "cuda";
+  std::string preset, model_dir, batches = "1", contexts = "4096", json_path, device = "cuda", kv_kinds;
+  long long kv_group = 0, kv_residual = 0;
+  int kv_bits = 0;
   bench_options o;
   desc.add_options()
     ("help,h", "show this help")
@@ -66,7 +152,12 @@ int bench_main(int argc, char** argv) {
     ("json", po::value(&json_path), "also write the results as JSON to this file")
     ("kernels", "time decode attention and the decode GEMV alone against their rooflines")
     ("no-graphs", "launch decode kernels one by one instead of replaying a CUDA graph")
-    ("no-overlap", "launch the GEMVs normally instead of as programmatic dependents (PDL)");
+    ("no-overlap", "launch the GEMVs normally instead of as programmatic dependents (PDL)")
+    ("memory-only", "run nothing: KV bytes per token and per sequence of each --kv format against fp16")
+    ("kv", po::value(&kv_kinds)->default_value("full,kivi,specache,hier"), "--memory-only formats: full, kivi, specache, hier")
+    ("kv-bits", po::value(&kv_bits)->default_value(0), "--memory-only: bits for kivi (1/2/4) and hier (4/8)")
+    ("group", po::value(&kv_group)->default_value(0), "--memory-only: quantization group G (0: each format's default)")
+    ("residual", po::value(&kv_residual)->default_value(0), "--memory-only: kivi/specache window R (0: 64)");
   po::variables_map vm;
   if (!parse_flags(argc, argv, desc, vm, "usage: specpipe bench (--preset NAME | --model DIR) [flags]")) return 0;
 
@@ -92,6 +183,7 @@ int bench_main(int argc, char** argv) {
     if (!c) throw usage_error("--preset: unknown preset '" + o.model_name + "' (known: " + join(preset_names()) + ")");
     o.config = *c;
   }
+  if (vm.count("memory-only")) return memory_report(o, kv_kinds, kv_bits, kv_group, kv_residual, json_path);
   if (device == "cuda") {
 #ifndef SPECPIPE_HAVE_CUDA
     throw usage_error("--device cuda: this build has no CUDA backend (configure with -DSPECPIPE_CUDA=ON)");

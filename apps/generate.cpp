@@ -11,6 +11,7 @@
 #include "actors/model_sampling.hpp"
 #include "actors/pipeline.hpp"
 #include "model/generator.hpp"
+#include "model/kv_mode.hpp"
 #include "model/model.hpp"
 
 namespace specpipe::apps {
@@ -26,12 +27,13 @@ std::string read_file(const std::string& path) {
 
 int generate_main(int argc, char** argv) {
   po::options_description desc("specpipe generate flags");
-  std::string model_flag, prompt, prompt_file, device = "cpu", trace_file;
+  std::string model_flag, prompt, prompt_file, device = "cpu", trace_file, kv = "full";
   std::vector<std::string> stop;
   int max_tokens = 64, threads = 0, top_k = 0;
   float temperature = 0.8f, top_p = 1.0f;
   unsigned long long seed = 0;
-  long long context = 0;
+  long long context = 0, group = 0, residual = 0;
+  int kv_bits = 0;
   desc.add_options()
     ("help,h", "show this help")
     ("model,m", po::value(&model_flag), "Hugging Face checkpoint directory (default: the embedded model)")
@@ -48,6 +50,10 @@ int generate_main(int argc, char** argv) {
     ("context", po::value(&context)->default_value(0), "context length in tokens (default: the model's)")
     ("device", po::value(&device)->default_value("cpu"), "cpu or cuda")
     ("threads", po::value(&threads)->default_value(0), "CPU threads; 0 = all cores")
+    ("kv", po::value(&kv)->default_value("full"), "KV cache (CPU): full, kivi, specache (1-bit quartile levels) or hier")
+    ("kv-bits", po::value(&kv_bits)->default_value(0), "kivi: 1, 2 or 4 (default 2); hier: 4 (INT4) or 8 (INT8, default)")
+    ("group", po::value(&group)->default_value(0), "tokens per quantization group (kivi/specache 64, hier 128)")
+    ("residual", po::value(&residual)->default_value(0), "kivi/specache full-precision window in tokens (default 64)")
     ("trace", po::value(&trace_file), "write a Chrome trace of the run (open in ui.perfetto.dev)");
   po::variables_map vm;
   if (!parse_flags(argc, argv, desc, vm, "usage: specpipe generate [--model DIR] --prompt TEXT [flags]"))
@@ -64,6 +70,15 @@ int generate_main(int argc, char** argv) {
     throw usage_error("--prompt and --prompt-file are exclusive");
   if (vm.count("prompt-file")) prompt = read_file(prompt_file);
   else if (!vm.count("prompt")) throw usage_error("--prompt (or --prompt-file) is required");
+
+  kv_mode kv_choice;
+  try {
+    kv_choice = parse_kv_mode(kv, kv_bits, group, residual);
+  } catch (const std::invalid_argument& e) {
+    throw usage_error(e.what());
+  }
+  if (device == "cuda" && kv_choice.format != kv_format::full)
+    throw usage_error("--kv " + kv + ": quantized caches run on the CPU backend only so far (use --device cpu)");
 
   sampling_params sp{temperature, top_p, top_k, seed};
   try {
@@ -106,7 +121,9 @@ int generate_main(int argc, char** argv) {
   popts.eos_ids = eos;
   popts.detokenize = model_detokenizer(m.tok);
   popts.make_picker = model_picker_factory();
-  pipeline pipe(runtime.system(), {make_cpu_step_compute(m.config, m.weights, {max_context, threads})}, popts);
+  cpu_step_options copts{max_context, threads, {}};
+  if (kv_choice.format != kv_format::full) copts.make_cache = kv_cache_factory(kv_choice);
+  pipeline pipe(runtime.system(), {make_cpu_step_compute(m.config, m.weights, copts)}, popts);
 
   std::cout << prompt << std::flush;
   const auto res = pipe.generate(1, req, [](std::string_view d) { std::cout << d << std::flush; });
@@ -115,9 +132,10 @@ int generate_main(int argc, char** argv) {
   const double pre_tps = res.prefill_seconds > 0 ? double(res.prompt_tokens) / res.prefill_seconds : 0;
   const double dec_tps = res.decode_seconds > 0 ? double(res.decode_forwards) / res.decode_seconds : 0;
   std::fprintf(stderr,
-               "[prompt %lld tokens, %.1f tok/s | decode %zu tokens, %.1f tok/s | finish: %s | %s, %s]\n",
+               "[prompt %lld tokens, %.1f tok/s | decode %zu tokens, %.1f tok/s | finish: %s | %s, %s | kv %s]\n",
                static_cast<long long>(res.prompt_tokens), pre_tps, res.tokens.size(), dec_tps,
-               res.finish_reason.c_str(), dir.filename().string().c_str(), device.c_str());
+               res.finish_reason.c_str(), dir.filename().string().c_str(), device.c_str(),
+               kv_choice.describe().c_str());
   if (popts.trace) std::fprintf(stderr, "[trace: %llu events -> %s]\n",
                                 static_cast<unsigned long long>(pipe.flush_trace()), trace_file.c_str());
   return 0;
