@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cpu/dot.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 
 namespace specpipe::kernels::cpu {
@@ -16,15 +17,6 @@ namespace {
 constexpr std::int64_t key_block = 64;
 // Largest head_dim the stack accumulator holds.
 constexpr std::int64_t max_head_dim = 512;
-
-float dot(const float* a, const float* b, std::int64_t d) {
-  float acc[8] = {};
-  std::int64_t i = 0;
-  for (; i + 8 <= d; i += 8)
-    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
-  for (int j = 0; i + j < d; ++j) acc[j] += a[i + j] * b[i + j];
-  return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
-}
 
 // One (query, head): keys 0 .. last inclusive.
 void attend_one(const attention_args& a, const float* q, std::int64_t kv_head, std::int64_t last,

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "kernels/cpu/quantized_scan.hpp"
+#include "kernels/cpu/dot.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 #include "memory/dtype.hpp"
 
@@ -17,15 +18,6 @@ namespace {
 // Keys scored per block before the running max/sum are rescaled.
 constexpr std::int64_t key_block = 64;
 constexpr std::int64_t max_head_dim = 512;
-
-float dot(const float* a, const float* b, std::int64_t d) {
-  float acc[8] = {};
-  std::int64_t i = 0;
-  for (; i + 8 <= d; i += 8)
-    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
-  for (int j = 0; i + j < d; ++j) acc[j] += a[i + j] * b[i + j];
-  return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
-}
 
 float row_at(const void* rows, dtype t, std::int64_t i) {
   switch (t) {
