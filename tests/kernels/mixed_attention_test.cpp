@@ -18,20 +18,7 @@ namespace kc = kernels::cpu;
 
 std::vector<float> exact(const test::packed_fixture& f, const std::vector<float>& k, const std::vector<float>& v,
                          const std::vector<float>& q, std::int64_t n, std::int64_t pos0) {
-  std::vector<float> out(std::size_t(n * f.heads * f.d));
-  kc::attention_args a;
-  a.q = q.data();
-  a.k = k.data();
-  a.v = v.data();
-  a.len = f.len();
-  a.out = out.data();
-  a.n = n;
-  a.pos0 = pos0;
-  a.n_heads = f.heads;
-  a.n_kv_heads = f.kv_heads;
-  a.head_dim = f.d;
-  kc::attention(a);
-  return out;
+  return test::full_attention(f, k, v, q, n, pos0);
 }
 
 // Rows of `src` ([len, kv_heads, d]) at the given positions, as [kv_heads][stride][d].

@@ -5,6 +5,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/attention.hpp"
 #include "kernels/quant_reference.hpp"
 #include "kernels/quantize.hpp"
 #include "support/test_util.hpp"
@@ -103,5 +104,26 @@ struct packed_fixture {
     return a;
   }
 };
+
+// Full-precision attention of the fixture's shape over the given K/V
+// ([len, kv_heads, d] f32): the exact answer the quantized kernels approximate.
+inline std::vector<float> full_attention(const packed_fixture& f, const std::vector<float>& k,
+                                         const std::vector<float>& v, const std::vector<float>& q, std::int64_t n,
+                                         std::int64_t pos0) {
+  std::vector<float> out(std::size_t(n * f.heads * f.d));
+  kernels::cpu::attention_args a;
+  a.q = q.data();
+  a.k = k.data();
+  a.v = v.data();
+  a.len = f.len();
+  a.out = out.data();
+  a.n = n;
+  a.pos0 = pos0;
+  a.n_heads = f.heads;
+  a.n_kv_heads = f.kv_heads;
+  a.head_dim = f.d;
+  kernels::cpu::attention(a);
+  return out;
+}
 
 }  // namespace specpipe::test

@@ -30,20 +30,7 @@ class QuantizedAttention : public ::testing::TestWithParam<attn_case> {};
 std::vector<float> exact(const test::packed_fixture& f, const std::vector<float>& q, std::int64_t n, std::int64_t pos0) {
   std::vector<float> dk, dv;
   f.dequantized(dk, dv);
-  std::vector<float> out(std::size_t(n * f.heads * f.d));
-  kc::attention_args a;
-  a.q = q.data();
-  a.k = dk.data();
-  a.v = dv.data();
-  a.len = f.len();
-  a.out = out.data();
-  a.n = n;
-  a.pos0 = pos0;
-  a.n_heads = f.heads;
-  a.n_kv_heads = f.kv_heads;
-  a.head_dim = f.d;
-  kc::attention(a);
-  return out;
+  return test::full_attention(f, dk, dv, q, n, pos0);
 }
 
 TEST_P(QuantizedAttention, EqualsAttentionOverTheDequantizedCache) {
