@@ -157,13 +157,32 @@ int bench_main(int argc, char** argv) {
     ("kv", po::value(&kv_kinds)->default_value("full,kivi,specache,hier"), "--memory-only formats: full, kivi, specache, hier")
     ("kv-bits", po::value(&kv_bits)->default_value(0), "--memory-only: bits for kivi (1/2/4) and hier (4/8)")
     ("group", po::value(&kv_group)->default_value(0), "--memory-only: quantization group G (0: each format's default)")
-    ("residual", po::value(&kv_residual)->default_value(0), "--memory-only: kivi/specache window R (0: 64)");
+    ("residual", po::value(&kv_residual)->default_value(0), "--memory-only: kivi/specache window R (0: 64)")
+    ("fuse-swiglu", "decode: fuse the SwiGLU into the down GEMV's input load (GEMV v2)")
+    ("no-fuse-swiglu", "decode: a SwiGLU kernel, then the plain down GEMV (v1; the default)")
+    ("ksplit", "decode GEMVs may split k across the warps of a block (v2; the default)")
+    ("no-ksplit", "decode GEMVs keep one warp per row pair over the whole of k (v1)")
+    ("gemv-unroll", po::value<int>(), "decode GEMV loads per row in flight per lane: 2 (v1, the default) or 4 (v2)");
   po::variables_map vm;
   if (!parse_flags(argc, argv, desc, vm, "usage: specpipe bench (--preset NAME | --model DIR) [flags]")) return 0;
 
   o.kernels = vm.count("kernels") > 0;
   o.graphs = vm.count("no-graphs") == 0;
   o.overlap = vm.count("no-overlap") == 0;
+  const auto switch_flag = [&](const char* on, const char* off) -> std::optional<bool> {
+    if (vm.count(on) && vm.count(off))
+      throw usage_error(std::string("--") + on + " and --" + off + " are exclusive");
+    if (vm.count(on)) return true;
+    if (vm.count(off)) return false;
+    return std::nullopt;
+  };
+  o.fuse_swiglu = switch_flag("fuse-swiglu", "no-fuse-swiglu");
+  o.k_split = switch_flag("ksplit", "no-ksplit");
+  if (vm.count("gemv-unroll")) {
+    o.gemv_unroll = vm["gemv-unroll"].as<int>();
+    if (*o.gemv_unroll != 2 && *o.gemv_unroll != 4)
+      throw usage_error("--gemv-unroll: must be 2 or 4, got " + std::to_string(*o.gemv_unroll));
+  }
   o.device = device;
   if (device != "cuda" && device != "cpu") throw usage_error("--device: '" + device + "' is not one of cpu, cuda");
   if (vm.count("preset") && vm.count("model")) throw usage_error("--preset and --model are exclusive");
@@ -292,6 +311,10 @@ boost::json::value report_json(const bench_options& o, const bench_report& r) {
   root["repeats"] = o.repeats;
   root["warmup"] = o.warmup;
   root["cuda_graphs"] = o.graphs;
+  root["pdl"] = o.overlap;
+  if (o.fuse_swiglu) root["fuse_swiglu"] = *o.fuse_swiglu;
+  if (o.k_split) root["gemv_k_split"] = *o.k_split;
+  if (o.gemv_unroll) root["gemv_unroll"] = *o.gemv_unroll;
   boost::json::array notes;
   for (const auto& n : r.notes) notes.emplace_back(n);
   root["notes"] = std::move(notes);

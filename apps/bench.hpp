@@ -2,6 +2,7 @@
 // `specpipe bench`: shared pieces of the flag parser (bench.cpp) and the
 // CUDA measurements (bench_cuda.cpp).
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,9 @@ struct bench_options {
   bool kernels = false;
   bool graphs = true;
   bool overlap = true;  // GEMVs as programmatic dependent launches (cuda_forward_options)
+  // The GEMV v2 switches of cuda_forward_options; unset: its defaults.
+  std::optional<bool> fuse_swiglu, k_split;
+  std::optional<int> gemv_unroll;
 };
 
 // One measured (or skipped) configuration.

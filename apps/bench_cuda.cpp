@@ -3,7 +3,9 @@
 // and the roofline is bytes / the copy bandwidth measured in the same run.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <optional>
+#include <string>
 
 #include "apps/bench.hpp"
 #include "apps/cli_support.hpp"
@@ -61,6 +63,123 @@ double used_gib() {
   return double(m.total - m.free) / gib;
 }
 
+// The GEMV v2 switches given on the command line, over cuda_forward's defaults.
+void apply_gemv_flags(const bench_options& o, cuda_forward_options& fo) {
+  fo.overlap_launch = o.overlap;
+  if (o.fuse_swiglu) fo.fuse_swiglu = *o.fuse_swiglu;
+  if (o.k_split) fo.gemv_k_split = *o.k_split;
+  if (o.gemv_unroll) fo.gemv_unroll = *o.gemv_unroll;
+}
+
+std::string gemv_variant(const cuda_forward_options& fo) {
+  return std::string(fo.overlap_launch ? "PDL GEMVs" : "no PDL") +
+         (fo.fuse_swiglu ? ", fused SwiGLU down" : ", SwiGLU kernel + down") +
+         (fo.gemv_k_split ? ", k-split" : ", no k-split") + ", unroll " + std::to_string(fo.gemv_unroll);
+}
+
+std::string fixed(double v, int digits) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.*f", digits, v);
+  return b;
+}
+
+// The batch-1 GEMVs of one llama3-8b layer, as the decode step runs them,
+// per GEMV variant (loads in flight x k-split): each projection alone, the
+// down projection with the fused SwiGLU input against the SwiGLU kernel plus
+// the plain GEMV, and the layer's whole GEMV sequence back to back (qkv, o,
+// gate/up, SwiGLU + down or fused down). The sequences, x 32 layers, are the
+// step-level difference between the variants.
+void step_gemv_points(const bench_options& o, bench_report& r, allocator& dev, kc::stream& st) {
+  const std::int64_t h = 4096, qkv_n = 6144, inter = 14336;
+  buffer wqkv(dev, std::size_t(qkv_n * h) * 2), wo(dev, std::size_t(h * h) * 2),
+      wgu(dev, std::size_t(2 * inter * h) * 2), wdown(dev, std::size_t(h * inter) * 2);
+  buffer xn(dev, std::size_t(h) * 2), qkv(dev, std::size_t(qkv_n) * 2), attn(dev, std::size_t(h) * 2),
+      gu(dev, std::size_t(2 * inter) * 2), act(dev, std::size_t(inter) * 2), x(dev, std::size_t(h) * 4);
+  unsigned seed = 20;
+  for (buffer* b : {&wqkv, &wo, &wgu, &wdown})
+    kc::fill_uniform_bf16(b->as<std::uint16_t>(), std::int64_t(b->size() / 2), -0.02f, 0.02f, ++seed, st.get());
+  for (buffer* b : {&xn, &attn, &gu, &act})
+    kc::fill_uniform_bf16(b->as<std::uint16_t>(), std::int64_t(b->size() / 2), -1, 1, ++seed, st.get());
+  kc::fill_uniform_f32(x.as<float>(), h, -1, 1, ++seed, st.get());
+  kc::blas_handle blas;
+  auto args = [&](const buffer& in, std::int64_t ldx, const buffer& w, buffer& out, kc::gemm_out type, bool acc,
+                  std::int64_t n, std::int64_t k, bool k_split, int unroll) {
+    kc::gemm_args a;
+    a.x = in.as<std::uint16_t>();
+    a.ldx = ldx;
+    a.w = w.as<std::uint16_t>();
+    a.ldw = k;
+    a.y = out.data();
+    a.ldy = n;
+    a.out = type;
+    a.accumulate = acc;
+    a.overlap_launch = o.overlap;
+    a.k_split = k_split;
+    a.unroll = unroll;
+    a.m = 1;
+    a.n = n;
+    a.k = k;
+    return a;
+  };
+  const auto swiglu = [&] {
+    kc::swiglu(gu.as<std::uint16_t>(), 2 * inter, act.as<std::uint16_t>(), inter, 1, inter, st.get());
+  };
+  {
+    const auto t = time_events(st.get(), o.warmup, o.repeats, swiglu);
+    const double bytes = double(3 * inter) * 2;
+    r.points.push_back({"swiglu", 1, 0, false, "step SwiGLU kernel alone, 14336 columns", t.median, t.spread, 0,
+                        bytes, bytes / r.copy_bandwidth * 1e3, used_gib()});
+  }
+  for (const int unroll : {2, 4})
+    for (const bool k_split : {true, false}) {
+      const auto a_qkv = args(xn, h, wqkv, qkv, kc::gemm_out::bf16, false, qkv_n, h, k_split, unroll);
+      const auto a_o = args(attn, h, wo, x, kc::gemm_out::f32, true, h, h, k_split, unroll);
+      const auto a_gu = args(xn, h, wgu, gu, kc::gemm_out::bf16, false, 2 * inter, h, k_split, unroll);
+      const auto a_down = args(act, inter, wdown, x, kc::gemm_out::f32, true, h, inter, k_split, unroll);
+      auto a_fused = args(gu, 2 * inter, wdown, x, kc::gemm_out::f32, true, h, inter, k_split, unroll);
+      a_fused.in = kc::gemm_in::swiglu;
+      const std::string variant = "unroll " + std::to_string(unroll) + (k_split ? ", k-split" : ", no k-split");
+      const struct {
+        const char* name;
+        const kc::gemm_args* a;
+      } gemvs[] = {{"qkv 6144x4096", &a_qkv},
+                   {"o 4096x4096 +acc", &a_o},
+                   {"gate/up 28672x4096", &a_gu},
+                   {"down 4096x14336 +acc", &a_down},
+                   {"down 4096x14336 +acc, fused SwiGLU input", &a_fused}};
+      for (const auto& g : gemvs) {
+        // gate/up rewrites gu, which the fused down reads: both timed alone,
+        // so the values do not matter, only that they are finite.
+        const auto t = time_events(st.get(), o.warmup, o.repeats, [&] { kc::gemv(*g.a, st.get()); });
+        const double wb = double(g.a->n * g.a->k) * 2;
+        r.points.push_back({"gemv", 1, 0, false,
+                            std::string("step ") + g.name + ", " + variant + " (k-split " +
+                                std::to_string(kc::gemv_planned_k_split(*g.a)) + ", " +
+                                std::to_string(kc::gemv_resident_blocks(*g.a)) + " resident blocks)",
+                            t.median, t.spread, 0, wb, wb / r.copy_bandwidth * 1e3, used_gib()});
+      }
+      const double layer_bytes = double(qkv_n * h + h * h + 2 * inter * h + h * inter) * 2;
+      for (const bool fused : {false, true}) {
+        const auto t = time_events(st.get(), o.warmup, o.repeats, [&] {
+          kc::gemv(a_qkv, st.get());
+          kc::gemv(a_o, st.get());
+          kc::gemv(a_gu, st.get());
+          if (fused) {
+            kc::gemv(a_fused, st.get());
+          } else {
+            swiglu();
+            kc::gemv(a_down, st.get());
+          }
+        });
+        r.points.push_back({"layer", 1, 0, false,
+                            "step GEMVs of one layer (qkv, o, gate/up, " +
+                                std::string(fused ? "fused SwiGLU down" : "SwiGLU kernel + down") + "), " + variant +
+                                "; x32 = " + fixed(32 * t.median, 3) + " ms per step",
+                            t.median, t.spread, 0, layer_bytes, layer_bytes / r.copy_bandwidth * 1e3, used_gib()});
+      }
+    }
+}
+
 void kernel_points(const bench_options& o, bench_report& r, const kc::device_properties& props) {
   auto dev = make_device_allocator(0);
   kc::stream st;
@@ -107,7 +226,9 @@ void kernel_points(const bench_options& o, bench_report& r, const kc::device_pro
                   t.median, t.spread, batch / (t.median * 1e-3), bytes, bytes / r.copy_bandwidth * 1e3, used_gib()};
     r.points.push_back(p);
   }
-  // Decode GEMV vs cuBLAS on llama3-8b projection shapes.
+  step_gemv_points(o, r, *dev, st);
+  // Decode GEMV (the defaults of gemm_args) vs cuBLAS on llama3-8b
+  // projection shapes.
   const std::int64_t shapes[][2] = {{6144, 4096}, {28672, 4096}, {4096, 14336}, {128256, 4096}};
   for (const auto& s : shapes) {
     const std::int64_t n = s[0], kk = s[1];
@@ -208,7 +329,7 @@ bench_report run_cuda_bench(const bench_options& o) {
     fo.max_batch = 1;
     fo.max_context = o.prefill_tokens;
     fo.use_graphs = o.graphs;
-    fo.overlap_launch = o.overlap;
+    apply_gemv_flags(o, fo);
     fo.prefill_attention_cublas = tensor_cores;
     const std::string how = tensor_cores ? "cuBLAS attention" : "flash attention (CUDA cores)";
     if (cuda_forward::device_bytes(c, fo) > kc::query_memory().free) {
@@ -235,7 +356,7 @@ bench_report run_cuda_bench(const bench_options& o) {
       fo.prefill_chunk = 16;  // decode-only: keep the prefill scratch small
       fo.prefill_attention_cublas = false;
       fo.use_graphs = o.graphs;
-      fo.overlap_launch = o.overlap;
+      apply_gemv_flags(o, fo);
       const std::size_t need = cuda_forward::device_bytes(c, fo);
       const std::size_t free = kc::query_memory().free;
       if (need + (std::size_t(512) << 20) > free) {
@@ -255,8 +376,15 @@ bench_report run_cuda_bench(const bench_options& o) {
       // Per step: every weight once, and each sequence's K/V (about ctx rows
       // per layer; the steps add warmup + repeats rows at most).
       const double bytes = wbytes + double(b) * double(ctx) * kv_tok;
-      const std::string how = std::string(o.graphs ? "CUDA graph" : "eager launches") +
-                              (o.overlap ? ", PDL GEMVs" : ", no PDL");
+      // The attention split count the step was captured with (v2 takes the
+      // blocks per SM from the occupancy; v1 assumed 2).
+      const int bps = kc::decode_attention_blocks_per_sm(int(c.num_attention_heads), int(c.num_key_value_heads),
+                                                         int(c.head_dim));
+      const int splits = kc::decode_attention_splits(int(b), int(c.num_key_value_heads), fo.max_context,
+                                                     props.sm_count, fo.max_splits, bps);
+      const std::string how = std::string(o.graphs ? "CUDA graph, " : "eager launches, ") + gemv_variant(fo) +
+                              ", attention splits " + std::to_string(splits) + " (" + std::to_string(bps) +
+                              " blocks/SM)";
       r.points.push_back({"decode", b, ctx, false, how, t.median, t.spread,
                           double(b) / (t.median * 1e-3), bytes, bytes / r.copy_bandwidth * 1e3, used_gib()});
     }

@@ -159,14 +159,17 @@ struct cuda_forward::impl {
     a.n = n;
     a.k = k;
     a.overlap_launch = opt.overlap_launch;
+    a.k_split = opt.gemv_k_split;
+    a.unroll = opt.gemv_unroll;
     return a;
   }
   void gemm(const std::uint16_t* in, std::int64_t ldx, const std::uint16_t* wt, void* out, std::int64_t ldy,
             kc::gemm_out type, bool acc, std::int64_t m, std::int64_t n, std::int64_t k) {
     kc::gemm(blas.get(), gemm_args(in, ldx, wt, out, ldy, type, acc, m, n, k), st.get(), opt.gemm);
   }
-  // x += silu(g) * u Wdown^T: where the GEMV runs it, the SwiGLU is fused into
-  // its input load (one launch and one round trip of `act` less per layer).
+  // x += silu(g) * u Wdown^T. With fuse_swiglu, where the GEMV runs it, the
+  // SwiGLU is fused into its input load: one launch and one round trip of
+  // `act` less per layer, but each warp recomputes silu(g) * u for all of k.
   void mlp_down(const cuda_layer& L, std::int64_t m) {
     const std::int64_t h = c.hidden_size, inter = c.intermediate_size;
     const auto plain = gemm_args(act.as<std::uint16_t>(), inter, L.wdown.as<std::uint16_t>(), x.data(), h,
@@ -174,7 +177,7 @@ struct cuda_forward::impl {
     auto fused = gemm_args(gu.as<std::uint16_t>(), 2 * inter, L.wdown.as<std::uint16_t>(), x.data(), h,
                            kc::gemm_out::f32, true, m, h, inter);
     fused.in = kc::gemm_in::swiglu;
-    if (kc::gemm_resolve(plain, opt.gemm) == kc::gemm_impl::gemv && kc::gemv_supported(fused)) {
+    if (opt.fuse_swiglu && kc::gemm_resolve(plain, opt.gemm) == kc::gemm_impl::gemv && kc::gemv_supported(fused)) {
       kc::gemv(fused, st.get());
       return;
     }
@@ -290,6 +293,9 @@ struct cuda_forward::impl {
 cuda_forward::cuda_forward(const cuda_model& model, const cuda_forward_options& options) {
   if (options.max_batch < 1 || options.max_context < 1 || options.prefill_chunk < 1 || options.max_splits < 1)
     throw std::invalid_argument("cuda_forward: max_batch, max_context, prefill_chunk and max_splits must be >= 1");
+  if (options.gemv_unroll != 2 && options.gemv_unroll != 4)
+    throw std::invalid_argument("cuda_forward: gemv_unroll must be 2 or 4, got " +
+                                std::to_string(options.gemv_unroll));
   impl_ = std::make_unique<impl>(model.get(), options);
 }
 

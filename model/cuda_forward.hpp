@@ -57,6 +57,14 @@ struct cuda_forward_options {
   int max_splits = 128;              // flash-decoding splits per sequence, at most
   bool use_graphs = true;            // replay decode steps as CUDA graphs
   bool overlap_launch = true;        // GEMVs as programmatic dependent launches (sm_90 PDL)
+  // The decode-path choices of GEMV v2, each switchable so one run can time
+  // them against v1 (kernels/cuda/NOTES.md, version 3). fuse_swiglu: read
+  // silu(gate) * up inside the down GEMV instead of a SwiGLU kernel plus a
+  // plain GEMV; off by default, since every warp then recomputes the SwiGLU
+  // of the whole row (2048x the work at llama3-8b) at 2 blocks per SM.
+  bool fuse_swiglu = false;
+  bool gemv_k_split = true;  // warps of a block share a row pair over slices of k
+  int gemv_unroll = kernels::cuda::gemv_default_unroll;  // loads per row in flight per lane: 2 or 4
   // Prefill attention on the tensor cores (cuBLAS, scores through a scratch
   // of at most prefill_scratch_bytes) instead of the CUDA-core flash kernel.
   bool prefill_attention_cublas = true;

@@ -30,7 +30,6 @@ constexpr int gemv_threads = 256;
 constexpr int gemv_warps = gemv_threads / 32;
 constexpr int gemv_rows_per_warp = 2;
 constexpr int gemv_step = 32 * 8;  // elements of k one warp covers per 16-byte load
-constexpr int gemv_unroll = 4;     // loads per row in flight per lane
 
 using detail::allow_dependent_launch;
 using detail::grid_dependency_wait;
@@ -52,17 +51,19 @@ __device__ __forceinline__ void load_x8(const bf16* __restrict__ x, std::int64_t
 }
 
 // Block: gemv_warps / ks row pairs; warp w serves pair w / ks over slice
-// w % ks of k (slices of kslice elements, a multiple of gemv_step).
-// ptxas (sm_90): 58-60 registers at M = 1 (4 blocks per SM), 76 at M = 2,
-// 93-98 with the fused SwiGLU input (2 blocks per SM); capping those at 64
-// spills ~300 bytes, so they are left uncapped (NOTES.md, GEMV v2).
-template <int M, bool OutF32, bool Glu>
+// w % ks of k (slices of kslice elements, a multiple of gemv_step). U: loads
+// per row in flight per lane.
+// ptxas (sm_90, CUDA 13), registers at M = 1 / 2 and the blocks per SM they
+// allow: U = 4: 60 / 76 (4 / 3), 93 / 98 with the fused SwiGLU input (2 / 2);
+// U = 2: 40 / 60 (6 / 4), 76 / 80 fused (3 / 3). Capping the fused U = 4
+// variant at 64 spilled ~300 bytes, so none is capped (NOTES.md, GEMV v2 and
+// version 3).
+template <int M, bool OutF32, bool Glu, int U>
 __global__ void __launch_bounds__(gemv_threads)
     gemv_kernel(const bf16* __restrict__ x, std::int64_t ldx, const bf16* __restrict__ w,
                 std::int64_t ldw, void* __restrict__ y, std::int64_t ldy, bool accumulate, int m,
                 std::int64_t n, std::int64_t k, int ks, std::int64_t kslice) {
   constexpr int R = gemv_rows_per_warp;
-  constexpr int U = gemv_unroll;
   __shared__ float red[gemv_warps][R][M];
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
@@ -151,7 +152,7 @@ __global__ void __launch_bounds__(gemv_threads)
   }
 }
 
-template <int M, bool OutF32, bool Glu>
+template <int M, bool OutF32, bool Glu, int U>
 int resident_blocks() {
   // Per instantiation and process: the device does not change under a
   // running forward pass, and this keeps the occupancy query out of the
@@ -160,15 +161,21 @@ int resident_blocks() {
     int dev = 0, sms = 0, per_sm = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_kernel<M, OutF32, Glu>, gemv_threads, 0));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_kernel<M, OutF32, Glu, U>, gemv_threads,
+                                                             0));
     return sms * (per_sm > 0 ? per_sm : 1);
   }();
   return blocks;
 }
 
-template <int M, bool OutF32, bool Glu>
+template <int M, bool OutF32, bool Glu, int U>
+int k_split_of(const gemm_args& a) {
+  return a.k_split ? gemv_k_split(a.n, a.k, resident_blocks<M, OutF32, Glu, U>()) : 1;
+}
+
+template <int M, bool OutF32, bool Glu, int U>
 void launch_gemv_t(const gemm_args& a, cudaStream_t s) {
-  const int ks = gemv_k_split(a.n, a.k, resident_blocks<M, OutF32, Glu>());
+  const int ks = k_split_of<M, OutF32, Glu, U>(a);
   const std::int64_t rows_per_block = std::int64_t(gemv_warps / ks) * gemv_rows_per_warp;
   const std::int64_t kslice = ((a.k + ks - 1) / ks + gemv_step - 1) / gemv_step * gemv_step;
   cudaLaunchConfig_t cfg{};
@@ -181,19 +188,38 @@ void launch_gemv_t(const gemm_args& a, cudaStream_t s) {
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = a.overlap_launch ? 1 : 0;
-  CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_kernel<M, OutF32, Glu>, reinterpret_cast<const bf16*>(a.x), a.ldx,
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_kernel<M, OutF32, Glu, U>, reinterpret_cast<const bf16*>(a.x), a.ldx,
                                 reinterpret_cast<const bf16*>(a.w), a.ldw, a.y, a.ldy, a.accumulate, int(a.m), a.n,
                                 a.k, ks, kslice));
   CUDA_CHECK_LAUNCH();
 }
 
-template <bool OutF32, bool Glu>
-void launch_gemv(const gemm_args& a, cudaStream_t s) {
+// What one instantiation of the kernel is asked to do: launch it, or report
+// its k-split or occupancy (so the benchmark prints what really ran).
+enum class gemv_op : std::uint8_t { launch, k_split, resident };
+
+template <int M, bool OutF32, bool Glu, int U>
+int gemv_do_t(gemv_op op, const gemm_args& a, cudaStream_t s) {
+  switch (op) {
+    case gemv_op::launch: launch_gemv_t<M, OutF32, Glu, U>(a, s); return 0;
+    case gemv_op::k_split: return k_split_of<M, OutF32, Glu, U>(a);
+    case gemv_op::resident: return resident_blocks<M, OutF32, Glu, U>();
+  }
+  return 0;
+}
+
+template <bool OutF32, bool Glu, int U>
+int gemv_do_m(gemv_op op, const gemm_args& a, cudaStream_t s) {
   // M is the register-tile height: 1, 2, 4 or 8 rows of x (m rounded up).
-  if (a.m <= 1) launch_gemv_t<1, OutF32, Glu>(a, s);
-  else if (a.m <= 2) launch_gemv_t<2, OutF32, Glu>(a, s);
-  else if (a.m <= 4) launch_gemv_t<4, OutF32, Glu>(a, s);
-  else launch_gemv_t<8, OutF32, Glu>(a, s);
+  if (a.m <= 1) return gemv_do_t<1, OutF32, Glu, U>(op, a, s);
+  if (a.m <= 2) return gemv_do_t<2, OutF32, Glu, U>(op, a, s);
+  if (a.m <= 4) return gemv_do_t<4, OutF32, Glu, U>(op, a, s);
+  return gemv_do_t<8, OutF32, Glu, U>(op, a, s);
+}
+
+template <bool OutF32, bool Glu>
+int gemv_do_u(gemv_op op, const gemm_args& a, cudaStream_t s) {
+  return a.unroll == 2 ? gemv_do_m<OutF32, Glu, 2>(op, a, s) : gemv_do_m<OutF32, Glu, 4>(op, a, s);
 }
 
 void check_args(const gemm_args& a) {
@@ -253,23 +279,33 @@ void gemm_cublas(blas_handle_t h, const gemm_args& a, stream_t s) {
                             CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
-void gemv(const gemm_args& a, stream_t s) {
+namespace {
+int gemv_dispatch(gemv_op op, const gemm_args& a, cudaStream_t s) {
   check_args(a);
-  if (a.m == 0) return;
   if (!gemv_supported(a))
     throw std::invalid_argument("gemv: needs 1 <= m <= 8, k/ldx/ldw multiples of 8 and 16-byte "
                                 "aligned x and W; got m=" + std::to_string(a.m) + " k=" +
                                 std::to_string(a.k) + " ldx=" + std::to_string(a.ldx) +
                                 " ldw=" + std::to_string(a.ldw));
+  if (a.unroll != 2 && a.unroll != 4)
+    throw std::invalid_argument("gemv: unroll (loads per row in flight per lane) must be 2 or 4, got " +
+                                std::to_string(a.unroll));
   const bool glu = a.in == gemm_in::swiglu;
-  if (a.out == gemm_out::f32) {
-    if (glu) launch_gemv<true, true>(a, as_stream(s));
-    else launch_gemv<true, false>(a, as_stream(s));
-  } else {
-    if (glu) launch_gemv<false, true>(a, as_stream(s));
-    else launch_gemv<false, false>(a, as_stream(s));
-  }
+  if (a.out == gemm_out::f32) return glu ? gemv_do_u<true, true>(op, a, s) : gemv_do_u<true, false>(op, a, s);
+  return glu ? gemv_do_u<false, true>(op, a, s) : gemv_do_u<false, false>(op, a, s);
 }
+}  // namespace
+
+void gemv(const gemm_args& a, stream_t s) {
+  if (a.m == 0) {
+    check_args(a);
+    return;
+  }
+  gemv_dispatch(gemv_op::launch, a, as_stream(s));
+}
+
+int gemv_planned_k_split(const gemm_args& a) { return gemv_dispatch(gemv_op::k_split, a, nullptr); }
+int gemv_resident_blocks(const gemm_args& a) { return gemv_dispatch(gemv_op::resident, a, nullptr); }
 
 void gemm(blas_handle_t h, const gemm_args& a, stream_t s, gemm_impl impl) {
   if (gemm_resolve(a, impl) == gemm_impl::gemv) gemv(a, s);

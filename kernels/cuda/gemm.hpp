@@ -16,6 +16,10 @@ enum class gemm_out : std::uint8_t { bf16, f32 };
 // SwiGLU never goes through device memory (GEMV only).
 enum class gemm_in : std::uint8_t { plain, swiglu };
 
+// v1's depth (kernels/cuda/NOTES.md, version 3: v2's 4 was measured no
+// faster on the whole-row shapes and costs a third of the resident warps).
+constexpr int gemv_default_unroll = 2;
+
 struct gemm_args {
   const std::uint16_t* x = nullptr;
   std::int64_t ldx = 0;
@@ -31,6 +35,14 @@ struct gemm_args {
   // earlier kernel writes) while that kernel drains; x and y are touched only
   // after griddepcontrol.wait.
   bool overlap_launch = false;
+  // GEMV only: let up to 8 warps of a block share a row pair, each over its
+  // own slice of k (v2, gemv_k_split); false keeps v1's shape, one warp per
+  // row pair over the whole of k.
+  bool k_split = true;
+  // GEMV only: 16-byte loads per row in flight per lane, 2 (v1) or 4 (v2).
+  // More loads per warp cost registers and so resident warps (ptxas, M = 1:
+  // 40 registers and 6 blocks of 8 warps per SM at 2, 60 and 4 blocks at 4).
+  int unroll = gemv_default_unroll;
   std::int64_t m = 0, n = 0, k = 0;
 };
 
@@ -73,5 +85,13 @@ void gemm(blas_handle_t h, const gemm_args& a, stream_t s, gemm_impl impl = gemm
 // slice of k (1, 2, 4 or 8). Chosen so that the grid stays within one wave of
 // resident blocks (occupancy of the instantiation on this device).
 int gemv_k_split(std::int64_t n, std::int64_t k, int resident_blocks);
+
+// The k-split gemv(a, s) launches with on the current device: gemv_k_split
+// of the instantiation's occupancy, or 1 without a.k_split. Throws when the
+// GEMV cannot run `a`.
+int gemv_planned_k_split(const gemm_args& a);
+// Resident blocks (SMs x blocks per SM) of the instantiation gemv(a, s)
+// runs, from the occupancy query: reported by the benchmark beside its time.
+int gemv_resident_blocks(const gemm_args& a);
 
 }  // namespace specpipe::kernels::cuda

@@ -19,8 +19,10 @@ namespace kc = kernels::cuda;
 // glu: x holds [gate | up] rows of 2k and the product's input is
 // silu(gate) * up (gemm_in::swiglu). pdl: launched as a programmatic
 // dependent of the previous kernel (overlap_launch).
+// unroll, k_split: the GEMV shape (gemm_args; v1 is 2 without k-split).
 void run_case(allocator& dev, kc::blas_handle& blas, kc::gemm_impl impl, std::int64_t m, std::int64_t n,
-              std::int64_t k, kc::gemm_out out, bool acc, unsigned seed, bool glu = false, bool pdl = false) {
+              std::int64_t k, kc::gemm_out out, bool acc, unsigned seed, bool glu = false, bool pdl = false,
+              int unroll = kc::gemv_default_unroll, bool k_split = true) {
   std::mt19937 rng(seed);
   const std::int64_t ldx = (glu ? 2 * k : k) + 8, ldw = k + 16, ldy = n + 3;
   auto x = round_bf16(random_values(rng, std::size_t(m * ldx)));
@@ -40,6 +42,8 @@ void run_case(allocator& dev, kc::blas_handle& blas, kc::gemm_impl impl, std::in
   a.accumulate = acc;
   a.in = glu ? kc::gemm_in::swiglu : kc::gemm_in::plain;
   a.overlap_launch = pdl;
+  a.unroll = unroll;
+  a.k_split = k_split;
   a.m = m;
   a.n = n;
   a.k = k;
@@ -61,7 +65,8 @@ void run_case(allocator& dev, kc::blas_handle& blas, kc::gemm_impl impl, std::in
     }
   const std::string what = "gemm impl " + std::to_string(int(impl)) + " m=" + std::to_string(m) + " n=" +
                            std::to_string(n) + " k=" + std::to_string(k) + (acc ? " acc" : "") +
-                           (glu ? " swiglu" : "") + (pdl ? " pdl" : "");
+                           (glu ? " swiglu" : "") + (pdl ? " pdl" : "") + " unroll " + std::to_string(unroll) +
+                           (k_split ? "" : " no-ksplit");
   if (out == kc::gemm_out::f32) expect_close(got, ref, 2e-3, 1e-3, what, seed);
   else expect_close(got, ref, 2e-2, 1e-2, what, seed);
   EXPECT_TRUE(dyf.sentinel_intact() && dyb.sentinel_intact()) << what;
@@ -93,6 +98,32 @@ TEST_F(cuda_gemm, gemv_k_split_swiglu_and_overlapped_launch) {
   run_case(*dev_, blas, kc::gemm_impl::automatic, 6, 40, 264, kc::gemm_out::f32, true, ++seed, true, false);
 }
 
+// Every GEMV shape the decode step can be switched to (loads in flight 2 or
+// 4, with and without the k-split), plain and fused input, ragged k and n.
+TEST_F(cuda_gemm, gemv_unroll_and_k_split_variants) {
+  kc::blas_handle blas;
+  unsigned seed = 170;
+  for (const int unroll : {2, 4})
+    for (const bool k_split : {true, false})
+      for (const std::int64_t m : {1, 2, 5})
+        for (const std::int64_t k : {264, 4104}) {
+          run_case(*dev_, blas, kc::gemm_impl::gemv, m, 61, k, kc::gemm_out::bf16, false, ++seed, false, false, unroll,
+                   k_split);
+          run_case(*dev_, blas, kc::gemm_impl::gemv, m, 45, k, kc::gemm_out::f32, true, ++seed, true, true, unroll,
+                   k_split);
+        }
+  kc::gemm_args a;
+  a.m = 1;
+  a.n = 4096;
+  a.k = 4096;
+  a.ldx = a.ldw = a.ldy = 4096;
+  a.x = a.w = reinterpret_cast<const std::uint16_t*>(std::uintptr_t(256));
+  a.k_split = false;
+  EXPECT_EQ(kc::gemv_planned_k_split(a), 1);
+  a.k_split = true;
+  EXPECT_EQ(kc::gemv_planned_k_split(a), kc::gemv_k_split(a.n, a.k, kc::gemv_resident_blocks(a)));
+}
+
 TEST_F(cuda_gemm, cublas_matches_reference) {
   kc::blas_handle blas;
   unsigned seed = 200;
@@ -112,6 +143,23 @@ TEST_F(cuda_gemm, gemv_rejects_what_it_cannot_run) {
   a.ldy = 4;
   EXPECT_FALSE(kc::gemv_supported(a));
   EXPECT_THROW(kc::gemv(a, nullptr), std::invalid_argument);
+}
+// Host-only: the unroll is checked before anything reaches the device.
+TEST(cuda_gemm_plan, gemv_rejects_an_unknown_unroll) {
+  kc::gemm_args a;
+  a.m = 1;
+  a.n = 4;
+  a.k = 16;
+  a.ldx = a.ldw = 16;
+  a.ldy = 4;
+  a.x = a.w = reinterpret_cast<const std::uint16_t*>(std::uintptr_t(256));
+  a.unroll = 3;
+  try {
+    kc::gemv(a, nullptr);
+    ADD_FAILURE() << "unroll 3 accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("unroll"), std::string::npos) << e.what();
+  }
 }
 // Host-only planning: no device needed.
 TEST(cuda_gemm_plan, dispatch_rule_and_k_split) {

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "memory/allocator.hpp"
@@ -161,11 +162,31 @@ class cuda_forward_test : public ::testing::Test {
   }
 };
 
-TEST_F(cuda_forward_test, logits_match_reference_through_prefill_and_ragged_decode) {
+// The decode step under every GEMV v2 switch (kernels/cuda/NOTES.md,
+// version 3): defaults, v2's fused SwiGLU with 4 loads in flight, and v1's
+// shape without k-split and PDL.
+struct gemv_variant {
+  bool fuse_swiglu, k_split;
+  int unroll;
+  bool overlap;
+};
+std::string describe(const gemv_variant& v) {
+  return std::string(v.fuse_swiglu ? "fused" : "unfused") + (v.k_split ? " k-split" : " no-ksplit") + " unroll " +
+         std::to_string(v.unroll) + (v.overlap ? " pdl" : " no-pdl");
+}
+
+class cuda_forward_variants : public cuda_forward_test, public ::testing::WithParamInterface<gemv_variant> {};
+
+TEST_P(cuda_forward_variants, logits_match_reference_through_prefill_and_ragged_decode) {
   const auto c = tiny_config();
   auto host = random_model(c, 1234);
   cuda_model gpu(c, host.w, 0);
   cuda_forward_options o;
+  o.fuse_swiglu = GetParam().fuse_swiglu;
+  o.gemv_k_split = GetParam().k_split;
+  o.gemv_unroll = GetParam().unroll;
+  o.overlap_launch = GetParam().overlap;
+  SCOPED_TRACE(describe(GetParam()));
   o.max_batch = 3;
   o.max_context = 200;
   o.prefill_chunk = 16;  // several chunks for the 40-token prompt
@@ -212,6 +233,11 @@ TEST_F(cuda_forward_test, logits_match_reference_through_prefill_and_ragged_deco
   EXPECT_LE(rel_error(logits.data(), ref[1][3]), 2e-2);
 }
 
+INSTANTIATE_TEST_SUITE_P(gemv, cuda_forward_variants,
+                         ::testing::Values(gemv_variant{false, true, kernels::cuda::gemv_default_unroll, true},
+                                           gemv_variant{true, true, 4, true}, gemv_variant{false, false, 2, false},
+                                           gemv_variant{true, false, 2, true}));
+
 TEST_F(cuda_forward_test, rejects_bad_requests) {
   const auto c = tiny_config();
   auto host = random_model(c, 5);
@@ -227,6 +253,8 @@ TEST_F(cuda_forward_test, rejects_bad_requests) {
   const std::vector<int> twice = {0, 0};
   const std::vector<std::int32_t> two = {1, 2};
   EXPECT_THROW(fwd.decode(twice, two), std::invalid_argument);
+  o.gemv_unroll = 3;
+  EXPECT_THROW(cuda_forward(gpu, o).synchronize(), std::invalid_argument);
 }
 
 TEST_F(cuda_forward_test, random_model_runs_and_sizes_add_up) {
