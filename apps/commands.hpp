@@ -7,5 +7,6 @@ namespace specpipe::apps {
 int run_generate(int argc, char** argv);
 int run_bench(int argc, char** argv);
 int run_trace(int argc, char** argv);
+int run_eval(int argc, char** argv);
 
 }  // namespace specpipe::apps

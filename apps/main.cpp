@@ -13,7 +13,8 @@ void print_usage(std::ostream& os) {
         "commands:\n"
         "  generate   generate text from a prompt (default: the embedded model)\n"
         "  bench      prefill/decode throughput against the roofline (--kernels: attention, GEMV)\n"
-        "  trace      summarize or render a trace written by generate --trace\n\n"
+        "  trace      summarize or render a trace written by generate --trace\n"
+        "  eval       cache-mode quality: perplexity, passkey retrieval, agreement with full\n\n"
         "'specpipe <command> --help' lists a command's flags.\n";
 }
 
@@ -33,6 +34,7 @@ int main(int argc, char** argv) {
   if (cmd == "generate") return run_generate(argc - 1, argv + 1);
   if (cmd == "bench") return run_bench(argc - 1, argv + 1);
   if (cmd == "trace") return run_trace(argc - 1, argv + 1);
+  if (cmd == "eval") return run_eval(argc - 1, argv + 1);
   std::cerr << "specpipe: unknown command '" << cmd << "'\n";
   print_usage(std::cerr);
   return 2;

@@ -1,0 +1,56 @@
+#include "apps/eval_modes.hpp"
+
+#include <algorithm>
+
+#include "apps/cli_support.hpp"
+#include "model/forward.hpp"
+
+namespace specpipe::apps {
+
+std::string eval_mode::label() const { return bits > 0 ? name + ":" + std::to_string(bits) : name; }
+
+std::vector<eval_mode> parse_eval_modes(const std::string& text, int default_bits) {
+  std::vector<eval_mode> modes;
+  std::size_t pos = 0;
+  while (true) {
+    const std::size_t comma = text.find(',', pos);
+    const std::string item = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    if (item.empty()) throw usage_error("--kv: '" + text + "' has an empty mode (expected MODE[:BITS],...)");
+    eval_mode m;
+    const std::size_t colon = item.find(':');
+    m.name = item.substr(0, colon);
+    if (m.name.empty()) throw usage_error("--kv: '" + item + "' has no mode name");
+    // Full precision has no bit width; every other mode takes :bits or --kv-bits.
+    if (colon != std::string::npos) {
+      const std::string b = item.substr(colon + 1);
+      std::size_t used = 0;
+      int v = 0;
+      try {
+        v = std::stoi(b, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (b.empty() || used != b.size() || v < 1 || v > 16)
+        throw usage_error("--kv: '" + item + "': bits must be an integer in [1, 16], got '" + b + "'");
+      if (m.name == "full") throw usage_error("--kv: 'full' keeps 32-bit rows and takes no bits, got '" + item + "'");
+      m.bits = v;
+    } else if (m.name != "full") {
+      m.bits = default_bits;
+    }
+    const auto same = [&](const eval_mode& o) { return o.label() == m.label(); };
+    if (std::any_of(modes.begin(), modes.end(), same))
+      throw usage_error("--kv: mode '" + m.label() + "' is listed twice");
+    modes.push_back(m);
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return modes;
+}
+
+std::unique_ptr<cache_policy> make_eval_cache(const eval_mode& mode, const model_config& config,
+                                              std::int64_t max_tokens, kernels::cpu::thread_pool* pool) {
+  if (mode.name == "full") return make_full_cache(config, max_tokens, pool);
+  throw usage_error("--kv: unknown cache mode '" + mode.name + "' (this build knows: full)");
+}
+
+}  // namespace specpipe::apps
