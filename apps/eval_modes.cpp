@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "apps/cli_support.hpp"
-#include "model/forward.hpp"
+#include "model/kv_mode.hpp"
 
 namespace specpipe::apps {
 
@@ -49,8 +49,14 @@ std::vector<eval_mode> parse_eval_modes(const std::string& text, int default_bit
 
 std::unique_ptr<cache_policy> make_eval_cache(const eval_mode& mode, const model_config& config,
                                               std::int64_t max_tokens, kernels::cpu::thread_pool* pool) {
-  if (mode.name == "full") return make_full_cache(config, max_tokens, pool);
-  throw usage_error("--kv: unknown cache mode '" + mode.name + "' (this build knows: full)");
+  // The same modes and defaults as generate's --kv (model/kv_mode.hpp).
+  kv_mode m;
+  try {
+    m = parse_kv_mode(mode.name, mode.bits, 0, 0);
+  } catch (const std::invalid_argument& e) {
+    throw usage_error(std::string("--kv: ") + mode.label() + ": " + e.what());
+  }
+  return make_kv_cache(m, config, max_tokens, pool);
 }
 
 }  // namespace specpipe::apps

@@ -83,6 +83,24 @@ TEST_F(EvalCli, FullAgreesWithItselfExactly) {
   EXPECT_EQ(m.at("max_kl").to_number<double>(), 0.0);
 }
 
+// The quantized caches through the same commands: KIVI 1-bit moves the
+// next-token distribution measurably; INT8 barely (it is near-lossless). A
+// 320-token context, so that both caches have flushed groups out of their
+// full-precision windows (KIVI after R + G = 128 tokens, hier after 2G = 256).
+TEST_F(EvalCli, QuantizedModesDivergeAsExpected) {
+  const auto r = run_specpipe("eval agree " + text_flag() + " --context 320 --tokens 16 --kv kivi:1,hier:8 --json '" +
+                              out("q.json").string() + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = json("q.json");
+  const auto& modes = j.at("modes").as_array();
+  ASSERT_EQ(modes.size(), 2u);
+  const double kl_kivi1 = modes.at(0).as_object().at("mean_kl").to_number<double>();
+  const double kl_int8 = modes.at(1).as_object().at("mean_kl").to_number<double>();
+  EXPECT_GT(kl_kivi1, 0.0);
+  EXPECT_GE(kl_int8, 0.0);
+  EXPECT_LT(kl_int8, kl_kivi1);
+}
+
 TEST_F(EvalCli, PasskeyJsonAndHeatmap) {
   const auto r = run_specpipe("eval passkey " + text_flag() + " --lengths 256,512 --depths 2 --samples 2 --kv full "
                               "--json '" + out("pk.json").string() + "' --plot '" + out("pk.svg").string() + "'");
@@ -120,7 +138,8 @@ TEST_F(EvalCli, BadFlagsAreUsageErrors) {
   struct bad { std::string args; const char* says; };
   const std::string t = text_flag();
   const bad cases[] = {
-      {"eval ppl " + t + " --context 64 --tokens 16 --kv kivi:2", "unknown cache mode 'kivi'"},
+      {"eval ppl " + t + " --context 64 --tokens 16 --kv nosuch:2", "nosuch"},
+      {"eval ppl " + t + " --context 64 --tokens 16 --kv kivi:3", "kivi stores 1, 2 or 4 bits"},
       {"eval ppl " + t + " --context 64 --tokens 16 --kv full,,full", "empty mode"},
       {"eval ppl " + t + " --context 64 --tokens 16 --kv full,full", "twice"},
       {"eval ppl " + t + " --context 64 --tokens 16 --kv full:4", "takes no bits"},
