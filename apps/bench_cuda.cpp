@@ -14,6 +14,7 @@
 #include <random>
 
 #include "kernels/cuda/attention.hpp"
+#include "kernels/cuda/quant_bench.hpp"
 #include "kernels/gather_bench.hpp"
 #include "kernels/cuda/device.hpp"
 #include "kernels/cuda/elementwise.hpp"
@@ -259,6 +260,28 @@ void kernel_points(const bench_options& o, bench_report& r, const kc::device_pro
   }
 }
 
+// Decode attention over each quantized KV format against the bf16 kernel on
+// the same shape (64k context, batch 8, 32/8 heads, d=128), in the same run.
+void quant_points(bench_report& r) {
+  kc::quant_bench_options qo;
+  qo.bandwidth = r.copy_bandwidth;
+  for (const auto& q : kc::run_quant_attention_bench(qo)) {
+    bench_point p;
+    p.kind = "qattn";
+    p.batch = qo.batch;
+    p.context = qo.context;
+    p.ms = q.ms;
+    p.ms_spread = q.spread_ms;
+    p.bytes = q.bytes;
+    p.roofline_ms = q.roofline_ms;
+    char note[160];
+    std::snprintf(note, sizeof note, "%s %d-bit, splits=%d, %.0f GB/s, %.2fx vs bf16", q.format.c_str(), q.bits,
+                  q.splits, q.gb_per_s, q.speedup_vs_bf16);
+    p.note = note;
+    r.points.push_back(p);
+  }
+}
+
 // Sparse gathers of 256-byte rows (one token's K or V of one head, d=128,
 // f16) from a 4 GiB mapped pinned store, against a dense pinned copy over the
 // same link measured in the same run.
@@ -296,6 +319,7 @@ bench_report run_cuda_bench(const bench_options& o) {
   r.copy_bandwidth = kc::measure_copy_bandwidth(std::size_t(2) << 30, 20);
   if (o.kernels) {
     kernel_points(o, r, props);
+    quant_points(r);
     gather_points(r);
     return r;
   }

@@ -129,7 +129,7 @@ echo "---- tests: $tests_summary"
 grep -hE '^(FAILED|\[  FAILED)|Failure|Expected|actual' "$out/tests.log" | head -20
 for b in kernels llama3_32k llama3_b1_variants llama3_4k_128k; do
   echo "---- $b"
-  pattern='^(measured|attention|gemv|swiglu|layer|gather|prefill|decode|kind|bench .* failed)'
+  pattern='^(measured|attention|qattn|gemv|swiglu|layer|gather|prefill|decode|kind|bench .* failed)'
   [ "$b" = llama3_b1_variants ] && pattern='^(== variant|decode|bench .* failed)'
   grep -E "$pattern" "$out/$b.log" || tail -5 "$out/$b.log"
 done
