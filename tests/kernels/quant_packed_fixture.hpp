@@ -51,7 +51,9 @@ struct packed_fixture {
                                {k_codes.data() + b * block, hier ? k_lower.data() + b * block : nullptr,
                                 k_scale.data() + b * d, k_zero.data() + b * d});
       }
-    for (std::int64_t h = 0; h < kv_heads; ++h)
+    // Nothing packed yet (a window-only cache): no value rows to quantize, and
+    // the empty planes have no storage to hand over.
+    for (std::int64_t h = 0; h < kv_heads && quantized() > 0; ++h)
       kc::quantize_value_rows(v.data() + h * d, kvd, quantized(), d, value_group(), bits, rule,
                               {v_codes.data() + h * row, hier ? v_lower.data() + h * row : nullptr,
                                v_scale.data() + h * vg, v_zero.data() + h * vg},
