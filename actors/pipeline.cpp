@@ -92,6 +92,11 @@ generation_result pipeline::generate(std::uint64_t id, const generation_request&
   caf::error failure;
   self->request(scheduler_, timeout, generate_atom_v, id, req, sink)
       .receive([&](generation_result& r) { result = std::move(r); }, [&](caf::error& e) { failure = std::move(e); });
+  if (failure == caf::sec::request_timeout) {
+    // Nobody waits for this request any more: stop it, so it gives back its
+    // seat and store blocks instead of decoding to the end.
+    self->request(scheduler_, std::chrono::seconds(5), cancel_atom_v, id).receive([](bool) {}, [](caf::error&) {});
+  }
   if (sink) {
     // Deltas were queued at the sink before the result was sent: once it
     // answers this, it has handed every one of them to on_delta.

@@ -103,6 +103,16 @@ void fail(self_ptr self, std::uint64_t id, const caf::error& err) {
   promise.deliver(err);
 }
 
+// fail() outside the step loop (a store or planner reply, a cancel): the freed
+// seat and the worker go back to work here, since no step result will.
+void fail_and_reseat(self_ptr self, std::uint64_t id, const caf::error& err) {
+  const auto it = self->state.seqs.find(id);
+  const std::size_t w = it == self->state.seqs.end() ? no_worker : it->second.worker;
+  fail(self, id, err);
+  seat_pending(self);
+  kick(self, w);
+}
+
 // Answers a sequence that has ended and whose rows the store has all
 // acknowledged.
 void complete(self_ptr self, sequence& s) {
@@ -146,10 +156,7 @@ void reserve(self_ptr self, sequence& s) {
             it->second.reserving = false;
             kick(self, it->second.worker);
           },
-          [self, id](caf::error& e) {
-            fail(self, id, e);
-            seat_pending(self);
-          });
+          [self, id](caf::error& e) { fail_and_reseat(self, id, e); });
 }
 
 // Sends a step's rows to the store. Counted until acknowledged, so that
@@ -171,13 +178,7 @@ void append_rows(self_ptr self, std::uint64_t id, std::shared_ptr<const kv_rows>
               kick(self, w);
             }
           },
-          [self, id](caf::error& e) {
-            const auto it = self->state.seqs.find(id);
-            const std::size_t w = it == self->state.seqs.end() ? no_worker : it->second.worker;
-            fail(self, id, e);
-            seat_pending(self);
-            kick(self, w);
-          });
+          [self, id](caf::error& e) { fail_and_reseat(self, id, e); });
 }
 
 // Seats waiting sequences on the live worker with the fewest sequences.
@@ -259,7 +260,7 @@ void plan_next(self_ptr self, std::uint64_t id, std::shared_ptr<const spec_score
             it->second.awaiting_plan = false;
             kick(self, it->second.worker);
           },
-          [self, id](caf::error& e) { fail(self, id, e); });
+          [self, id](caf::error& e) { fail_and_reseat(self, id, e); });
 }
 
 void on_step_result(self_ptr self, std::size_t w, double sent_us, step_result& res) {
@@ -457,7 +458,8 @@ scheduler_actor::behavior_type scheduler_behavior(self_ptr self, scheduler_optio
       },
       [self](cancel_atom, std::uint64_t id) -> bool {
         if (!self->state.seqs.count(id)) return false;
-        fail(self, id, make_pipeline_error(pipeline_errc::cancelled, "request " + std::to_string(id) + ": cancelled"));
+        fail_and_reseat(self, id,
+                        make_pipeline_error(pipeline_errc::cancelled, "request " + std::to_string(id) + ": cancelled"));
         return true;
       },
       [self](stats_atom) { return self->state.stats; },

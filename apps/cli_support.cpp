@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <iostream>
+#include <limits>
 
 #include "model/model_error.hpp"
 
@@ -56,6 +57,8 @@ std::vector<long long> parse_int_list(const std::string& flag, const std::string
     }
     if (item.empty() || used != item.size() || v <= 0)
       throw usage_error("--" + flag + ": '" + text + "' is not a list of positive integers");
+    if (v > std::numeric_limits<long long>::max() / mult)
+      throw usage_error("--" + flag + ": '" + item + (mult > 1 ? "k" : "") + "' is too large");
     out.push_back(v * mult);
     if (comma == std::string::npos) break;
     pos = comma + 1;

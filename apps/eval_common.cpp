@@ -52,7 +52,7 @@ void add_eval_common_flags(po::options_description& desc, eval_common_flags& f) 
     ("model,m", po::value(&f.model), "Hugging Face checkpoint directory (default: the embedded model)")
     ("text", po::value(&f.texts)->multitoken()->composing(), "text file(s) to evaluate on (repeatable)")
     ("kv", po::value(&f.kv)->default_value("full"), "cache modes to compare: MODE[:BITS],... (e.g. full,kivi:2)")
-    ("kv-bits", po::value(&f.kv_bits)->default_value(2), "bits of a mode given without :BITS")
+    ("kv-bits", po::value(&f.kv_bits)->default_value(0), "bits of a mode given without :BITS (0: each format's default: kivi 2, specache 1, hier 8)")
     ("threads", po::value(&f.threads)->default_value(0), "CPU threads; 0 = all cores")
     ("json", po::value(&f.json), "write the results as JSON to this file");
 }
@@ -74,8 +74,8 @@ void check_output_path(const char* flag, const std::string& path) {
 std::vector<eval_mode> check_eval_common_flags(const eval_common_flags& f, const po::variables_map& vm,
                                                bool need_text) {
   if (f.threads < 0) throw usage_error("--threads: must be >= 0, got " + std::to_string(f.threads));
-  if (f.kv_bits < 1 || f.kv_bits > 16)
-    throw usage_error("--kv-bits: must be in [1, 16], got " + std::to_string(f.kv_bits));
+  if (f.kv_bits < 0 || f.kv_bits > 16)
+    throw usage_error("--kv-bits: must be in [0, 16] (0: the format's default), got " + std::to_string(f.kv_bits));
   if (need_text && f.texts.empty()) throw usage_error("--text: at least one text file is required");
   if (vm.count("json")) check_output_path("json", f.json);
   return parse_eval_modes(f.kv, f.kv_bits);

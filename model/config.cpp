@@ -1,3 +1,4 @@
+#include <algorithm>
 #include "model/config.hpp"
 
 #include <boost/json.hpp>
@@ -238,6 +239,10 @@ model_config parse_model_config(const std::string& json_text, const std::filesys
   c.max_position_embeddings = r.optional_positive("max_position_embeddings", mistral ? 4096 * 32 : 2048);
   c.rms_norm_eps = r.optional_positive_number("rms_norm_eps", 1e-6);
   if (mistral) c.sliding_window = r.optional_positive("sliding_window", 0);
+  // Attention here is full; it equals sliding-window attention for sequences
+  // up to the window, so the usable context is capped at the window (Mistral
+  // 7B v0.1: 4096) rather than silently diverging from the model beyond it.
+  if (c.sliding_window > 0) c.max_position_embeddings = std::min(c.max_position_embeddings, c.sliding_window);
 
   const std::string act = r.optional_string("hidden_act", "silu");
   if (act != "silu")

@@ -28,11 +28,13 @@ struct model_config {
   std::int64_t num_attention_heads = 0;
   std::int64_t num_key_value_heads = 0;
   std::int64_t head_dim = 0;  // hidden_size / num_attention_heads unless given
+  // Capped at sliding_window when the model has one (attention is full here,
+  // which equals sliding-window attention only up to the window).
   std::int64_t max_position_embeddings = 0;
   // Mistral's sliding attention window; 0 when the config has none (null):
   // every token attends to the whole context.
   std::int64_t sliding_window = 0;
-  double rms_norm_eps = 1e-5;
+  double rms_norm_eps = 1e-5;  // parse_model_config defaults to transformers' 1e-6 when absent
   rope_config rope;
   bool tie_word_embeddings = false;
   std::vector<std::int32_t> bos_token_ids;  // usually one

@@ -31,6 +31,13 @@ std::size_t find_stop(std::string_view text, const std::vector<std::string>& sto
 
 std::size_t stream_safe_prefix(std::string_view text, const std::vector<std::string>& stop) {
   std::size_t safe = text.size() - incomplete_utf8_tail(text);
+  // Decoders turn the bytes of a character that is not complete yet into
+  // U+FFFD; the next token usually completes it and the replacement vanishes
+  // from the re-decoded text. Hold a trailing U+FFFD back, as incremental
+  // detokenizers do, so a delta never shows what the final text will not have.
+  constexpr std::string_view replacement = "\xEF\xBF\xBD";
+  while (safe >= replacement.size() && text.substr(safe - replacement.size(), replacement.size()) == replacement)
+    safe -= replacement.size();
   for (const auto& s : stop) {
     if (s.empty()) continue;
     for (std::size_t k = std::min(s.size() - 1, text.size()); k > 0; --k)

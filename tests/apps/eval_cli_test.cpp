@@ -144,7 +144,7 @@ TEST_F(EvalCli, BadFlagsAreUsageErrors) {
       {"eval ppl " + t + " --context 64 --tokens 16 --kv full,full", "twice"},
       {"eval ppl " + t + " --context 64 --tokens 16 --kv full:4", "takes no bits"},
       {"eval ppl " + t + " --context 64 --tokens 16 --kv x:0", "bits"},
-      {"eval ppl " + t + " --context 64 --tokens 16 --kv-bits 0", "--kv-bits"},
+      {"eval ppl " + t + " --context 64 --tokens 16 --kv-bits 17", "--kv-bits"},
       {"eval ppl " + t + " --context 0 --tokens 16", "--context"},
       {"eval ppl " + t + " --context 64 --tokens -2", "--tokens"},
       {"eval ppl " + t + " --context 64", "tokens"},

@@ -182,6 +182,9 @@ TEST(config, applies_defaults_for_null_and_absent_fields) {
   EXPECT_FALSE(c.tie_word_embeddings);
   EXPECT_EQ(c.torch_dtype, "bfloat16");
   EXPECT_EQ(c.sliding_window, 4096);
+  // Full attention equals the window's only up to the window: the usable
+  // context is capped there (the absent max_position_embeddings is 131072).
+  EXPECT_EQ(c.max_position_embeddings, 4096);
   EXPECT_DOUBLE_EQ(c.rms_norm_eps, 1e-6);  // transformers' default
 }
 

@@ -19,6 +19,13 @@ TEST(StreamSafePrefix, HoldsBackIncompleteUtf8) {
   EXPECT_EQ(stream_safe_prefix(smile, {}), 4u);
 }
 
+TEST(StreamSafePrefix, HoldsBackTrailingReplacementCharacters) {
+  const std::string fffd = "\xEF\xBF\xBD";
+  EXPECT_EQ(stream_safe_prefix("ab" + fffd, {}), 2u);
+  EXPECT_EQ(stream_safe_prefix("ab" + fffd + fffd, {}), 2u);
+  EXPECT_EQ(stream_safe_prefix("a" + fffd + "b", {}), 5u);  // settled: something followed it
+}
+
 TEST(StreamSafePrefix, HoldsBackPossibleStopStrings) {
   const std::vector<std::string> stop = {"\n\nUser:", "END"};
   EXPECT_EQ(stream_safe_prefix("hello", stop), 5u);
