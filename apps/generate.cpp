@@ -1,4 +1,5 @@
 // `specpipe generate`: load a model, prefill a prompt, stream the continuation.
+#include <algorithm>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -108,20 +109,25 @@ int generate_main(int argc, char** argv) {
   std::vector<std::int32_t> eos = m.tok.eos_ids();
   eos.insert(eos.end(), m.config.eos_token_ids.begin(), m.config.eos_token_ids.end());
 
-  if (device == "cuda") return run_generate_cuda(m, req, eos, max_context, prompt);
+  // One request: the caches and the host store need room for its prompt and
+  // continuation only, not for the model's whole context (131072 tokens of
+  // pinned memory for Llama-3.1 otherwise).
+  const std::int64_t needed =
+      std::min(max_context, std::int64_t(req.prompt.size()) + std::int64_t(req.max_tokens));
+  if (device == "cuda") return run_generate_cuda(m, req, eos, needed, prompt);
 
   // The CPU backend runs through the actor pipeline: one worker, the host
   // KV store, the transfer engine and planner, and the tracer with --trace.
   actor_runtime runtime;
   pipeline_options popts;
-  popts.max_context = max_context;
+  popts.max_context = needed;
   popts.max_sequences_per_worker = 1;
   popts.trace = vm.count("trace") > 0;
   popts.trace_file = trace_file;
   popts.eos_ids = eos;
   popts.detokenize = model_detokenizer(m.tok);
   popts.make_picker = model_picker_factory();
-  cpu_step_options copts{max_context, threads, {}};
+  cpu_step_options copts{needed, threads, {}};
   if (kv_choice.format != kv_format::full) copts.make_cache = kv_cache_factory(kv_choice);
   pipeline pipe(runtime.system(), {make_cpu_step_compute(m.config, m.weights, copts)}, popts);
 
