@@ -1,6 +1,7 @@
 #include "actors/scheduler.hpp"
 
 #include <algorithm>
+#include <unordered_set>
 #include <deque>
 #include <limits>
 #include <map>
@@ -58,6 +59,10 @@ struct scheduler_state {
   scheduler_options opts;
   std::unique_ptr<batch_former> former;
   std::map<std::uint64_t, sequence> seqs;
+  // Every id ever admitted. Replies are matched to sequences by id, and a
+  // finished sequence can still have a queued step, an append or a plan in
+  // flight: an id used again would receive them. So ids are never reused.
+  std::unordered_set<std::uint64_t> used_ids;
   std::deque<std::uint64_t> pending;  // admitted, waiting for a worker seat
   std::vector<worker_slot> workers;
   std::uint64_t next_arrival = 0;
@@ -404,6 +409,7 @@ caf::error validate(const scheduler_state& st, std::uint64_t id, const generatio
     return make_pipeline_error(pipeline_errc::invalid_request, "request " + std::to_string(id) + ": " + what);
   };
   if (st.seqs.count(id)) return bad("id is already in use by a running request");
+  if (st.used_ids.count(id)) return bad("id was used by an earlier request (ids are unique per scheduler)");
   if (req.prompt.empty()) return bad("prompt: is empty (nothing to condition on)");
   for (std::size_t i = 0; i < req.prompt.size(); ++i)
     if (req.prompt[i] < 0 || req.prompt[i] >= st.opts.vocab_size)
@@ -445,6 +451,7 @@ scheduler_actor::behavior_type scheduler_behavior(self_ptr self, scheduler_optio
           ++st.stats.requests_failed;
           return make_pipeline_error(pipeline_errc::invalid_request, "request " + std::to_string(id) + ": " + e.what());
         }
+        st.used_ids.insert(id);
         sequence s{id, std::move(req), std::move(sink), self->make_response_promise<generation_result>(),
                    no_worker, seq_phase::prefill, st.next_arrival++, std::move(pick),
                    text_stream({}, st.opts.detokenize)};

@@ -113,6 +113,15 @@ TEST(Pipeline, EosAndStopStringsEndTheSequence) {
   EXPECT_EQ(stop.text, "l");
   EXPECT_EQ(streamed, "l");
   EXPECT_EQ(stop.finish_reason, "stop");
+  // Request 1 ended on EOS with a step possibly still queued behind it: its
+  // id is not handed to a new request, whose replies could mix with the old.
+  try {
+    p.generate(1, request_of({3}, 2));
+    FAIL() << "a used id was accepted again";
+  } catch (const pipeline_failure& e) {
+    EXPECT_NE(std::string(e.what()).find("earlier request"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(p.generate(3, request_of({3}, 2)).tokens.size(), 2u);
 }
 
 TEST(Pipeline, InvalidRequestsAreRefusedWithTheField) {
