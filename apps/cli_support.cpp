@@ -1,5 +1,6 @@
 #include "apps/cli_support.hpp"
 
+#include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <limits>
@@ -64,6 +65,15 @@ std::vector<long long> parse_int_list(const std::string& flag, const std::string
     pos = comma + 1;
   }
   return out;
+}
+
+void print_timing_line(const generation_result& res, const std::string& model_name, const std::string& device,
+                       const std::string& kv) {
+  const double pre_tps = res.prefill_seconds > 0 ? double(res.prompt_tokens) / res.prefill_seconds : 0;
+  const double dec_tps = res.decode_seconds > 0 ? double(res.decode_forwards) / res.decode_seconds : 0;
+  std::fprintf(stderr, "[prompt %lld tokens, %.1f tok/s | decode %zu tokens, %.1f tok/s | finish: %s | %s, %s | kv %s]\n",
+               static_cast<long long>(res.prompt_tokens), pre_tps, res.tokens.size(), dec_tps,
+               res.finish_reason.c_str(), model_name.c_str(), device.c_str(), kv.c_str());
 }
 
 int guarded(const char* command, int (*body)(int, char**), int argc, char** argv) {

@@ -3,6 +3,8 @@
 // the default model directory, and list-valued flags ("1,8,32").
 #include <boost/program_options.hpp>
 
+#include "model/generator.hpp"
+
 #include <filesystem>
 #include <stdexcept>
 #include <string>
@@ -29,6 +31,11 @@ std::filesystem::path resolve_model_dir(const std::string& flag);
 
 // "4096,32768" -> {4096, 32768}; accepts k/K suffixes ("32k"). Throws usage_error.
 std::vector<long long> parse_int_list(const std::string& flag, const std::string& text);
+
+// generate's closing line on stderr: prompt and decode rates, why it ended,
+// the model, the device and the cache.
+void print_timing_line(const generation_result& res, const std::string& model_name, const std::string& device,
+                       const std::string& kv);
 
 // Runs `body`, mapping exceptions to the exit codes documented in commands.hpp.
 int guarded(const char* command, int (*body)(int, char**), int argc, char** argv);

@@ -135,13 +135,7 @@ int generate_main(int argc, char** argv) {
   const auto res = pipe.generate(1, req, [](std::string_view d) { std::cout << d << std::flush; });
   std::cout << "\n";
 
-  const double pre_tps = res.prefill_seconds > 0 ? double(res.prompt_tokens) / res.prefill_seconds : 0;
-  const double dec_tps = res.decode_seconds > 0 ? double(res.decode_forwards) / res.decode_seconds : 0;
-  std::fprintf(stderr,
-               "[prompt %lld tokens, %.1f tok/s | decode %zu tokens, %.1f tok/s | finish: %s | %s, %s | kv %s]\n",
-               static_cast<long long>(res.prompt_tokens), pre_tps, res.tokens.size(), dec_tps,
-               res.finish_reason.c_str(), dir.filename().string().c_str(), device.c_str(),
-               kv_choice.describe().c_str());
+  print_timing_line(res, dir.filename().string(), device, kv_choice.describe());
   if (popts.trace) std::fprintf(stderr, "[trace: %llu events -> %s]\n",
                                 static_cast<unsigned long long>(pipe.flush_trace()), trace_file.c_str());
   return 0;

@@ -1,4 +1,5 @@
 #include "apps/generate_cuda.hpp"
+#include "apps/cli_support.hpp"
 
 #include <cstdio>
 #include <iostream>
@@ -24,11 +25,7 @@ int run_generate_cuda(const model& m, const generation_request& req, const std::
 
   // The first decode step of a batch size runs eagerly and the second is
   // captured as a CUDA graph; the rate counts them as the CPU path does.
-  const double pre_tps = res.prefill_seconds > 0 ? double(res.prompt_tokens) / res.prefill_seconds : 0;
-  const double dec_tps = res.decode_seconds > 0 ? double(res.decode_forwards) / res.decode_seconds : 0;
-  std::fprintf(stderr, "[prompt %lld tokens, %.1f tok/s | decode %zu tokens, %.1f tok/s | finish: %s | %s, %s]\n",
-               static_cast<long long>(res.prompt_tokens), pre_tps, res.tokens.size(), dec_tps,
-               res.finish_reason.c_str(), m.dir.filename().string().c_str(), "cuda");
+  print_timing_line(res, m.dir.filename().string(), "cuda", "full (bf16)");
   return 0;
 }
 
