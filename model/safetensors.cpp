@@ -25,12 +25,6 @@ namespace json = boost::json;
 // is a few MB); refusing it keeps a corrupt length from allocating gigabytes.
 constexpr std::uint64_t max_header_bytes = 100ull * 1000 * 1000;
 
-std::string shape_text(const std::vector<std::int64_t>& shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
 std::string short_json(const json::value& v) {
   // Boost.JSON prints 2.5 as 2.5E0; show numbers as they were written.
   if (v.is_double()) {
@@ -333,6 +327,12 @@ std::vector<std::string> checkpoint::names() const {
   out.reserve(index_.size());
   for (const auto& kv : index_) out.push_back(kv.first);
   return out;
+}
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
 }
 
 }  // namespace specpipe

@@ -26,6 +26,9 @@ struct tensor_entry {
   tensor_view view() const;  // contiguous host view of the mapped bytes
 };
 
+// "[64, 128]", for error messages.
+std::string shape_text(const std::vector<std::int64_t>& shape);
+
 class safetensors_file {
  public:
   // Maps and validates; throws model_error naming the file and the tensor.

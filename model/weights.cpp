@@ -12,12 +12,6 @@ struct expected_dim {
   const char* meaning;  // "hidden_size", "num_key_value_heads * head_dim", ...
 };
 
-std::string shape_text(const std::vector<std::int64_t>& shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
 // Looks the tensor up and checks its dtype and shape against the config;
 // the error names the tensor, its file, and expected vs found.
 tensor_view bind(const checkpoint& ckpt, const std::string& name, std::initializer_list<expected_dim> dims) {

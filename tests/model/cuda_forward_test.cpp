@@ -3,6 +3,8 @@
 // chunked prefill, ragged batched decode, graph replay and GPU selection.
 #include <gtest/gtest.h>
 
+#include <cctype>
+
 #include <cmath>
 #include <random>
 #include <string>
@@ -236,7 +238,14 @@ TEST_P(cuda_forward_variants, logits_match_reference_through_prefill_and_ragged_
 INSTANTIATE_TEST_SUITE_P(gemv, cuda_forward_variants,
                          ::testing::Values(gemv_variant{false, true, kernels::cuda::gemv_default_unroll, true},
                                            gemv_variant{true, true, 4, true}, gemv_variant{false, false, 2, false},
-                                           gemv_variant{true, false, 2, true}));
+                                           gemv_variant{true, false, 2, true}),
+                         // Readable, stable test names (the default prints the struct's bytes, padding included).
+                         [](const ::testing::TestParamInfo<gemv_variant>& i) {
+                           std::string n = describe(i.param);
+                           for (auto& ch : n)
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return n;
+                         });
 
 TEST_F(cuda_forward_test, rejects_bad_requests) {
   const auto c = tiny_config();
