@@ -46,19 +46,12 @@ int eval_agree_main(int argc, char** argv) {
   require_positive("windows", windows);
 
   const model m = model::load(resolve_model_dir(common.model));
-  const std::int64_t positions = context + tokens;
-  if (positions > m.config.max_position_embeddings)
-    throw usage_error("--context + --tokens: " + std::to_string(positions) + " positions exceed the model's " +
-                      std::to_string(m.config.max_position_embeddings));
+  const auto shape = eval_window_of(m.config, m.tok, context, tokens);
   const eval_mode reference{"full", 0};
   for (const auto& mode : modes) make_eval_cache(mode, m.config, 1);
-
-  std::vector<std::int32_t> bos;
-  if (const auto id = m.tok.bos_id(); id && m.tok.add_bos_default()) bos.push_back(*id);
-  if (context <= std::int64_t(bos.size()))
-    throw usage_error("--context: must exceed the " + std::to_string(bos.size()) + " BOS token(s), got " +
-                      std::to_string(context));
-  const std::int64_t window = context - std::int64_t(bos.size()) + tokens;
+  const std::vector<std::int32_t>& bos = shape.bos;
+  const std::int64_t window = shape.text_tokens;
+  const std::int64_t positions = context + tokens;
 
   const auto texts = load_eval_texts(common.texts, m.tok);
   std::vector<std::vector<std::int64_t>> starts;

@@ -81,6 +81,20 @@ std::vector<eval_mode> check_eval_common_flags(const eval_common_flags& f, const
   return parse_eval_modes(f.kv, f.kv_bits);
 }
 
+eval_window_shape eval_window_of(const model_config& config, const tokenizer& tok, long long context, long long tokens) {
+  const std::int64_t positions = context + tokens;
+  if (positions > config.max_position_embeddings)
+    throw usage_error("--context + --tokens: " + std::to_string(positions) + " positions exceed the model's " +
+                      std::to_string(config.max_position_embeddings));
+  eval_window_shape w;
+  if (const auto id = tok.bos_id(); id && tok.add_bos_default()) w.bos.push_back(*id);
+  if (context <= std::int64_t(w.bos.size()))
+    throw usage_error("--context: must exceed the " + std::to_string(w.bos.size()) + " BOS token(s), got " +
+                      std::to_string(context));
+  w.text_tokens = context - std::int64_t(w.bos.size()) + tokens;
+  return w;
+}
+
 std::vector<eval_text> load_eval_texts(const std::vector<std::string>& files, const tokenizer& tok) {
   std::vector<eval_text> out;
   for (const auto& file : files) {

@@ -50,6 +50,15 @@ struct eval_text {
 
 // Reads and encodes each file; a file that cannot be read or is empty throws
 // std::runtime_error naming it (exit 1).
+// The shape of one teacher-forced window (ppl and agree): the BOS the
+// tokenizer adds, and how many text tokens follow it (context - BOS + tokens).
+// Checks that context + tokens fit the model and that context exceeds the BOS.
+struct eval_window_shape {
+  std::vector<std::int32_t> bos;
+  std::int64_t text_tokens = 0;
+};
+eval_window_shape eval_window_of(const model_config& config, const tokenizer& tok, long long context, long long tokens);
+
 std::vector<eval_text> load_eval_texts(const std::vector<std::string>& files, const tokenizer& tok);
 
 // Teacher forcing over one window: runs `prefill` (one forward), then each
