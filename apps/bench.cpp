@@ -146,7 +146,7 @@ int bench_main(int argc, char** argv) {
     ("device", po::value(&device)->default_value("cuda"), "cuda or cpu")
     ("batch", po::value(&batches)->default_value("1"), "decode batch sizes, e.g. 1,8,32")
     ("context", po::value(&contexts)->default_value("4096"), "context lengths, e.g. 4096,32k,128k")
-    ("prefill-tokens", po::value(&o.prefill_tokens)->default_value(2048), "prompt length of the prefill measurement")
+    ("prefill-tokens", po::value(&o.prefill_tokens)->default_value(2048), "prompt length of the prefill measurement (CUDA; the CPU bench times the prefill of each --context)")
     ("repeats", po::value(&o.repeats)->default_value(20), "timed repeats per point (median reported)")
     ("warmup", po::value(&o.warmup)->default_value(5), "untimed runs before timing")
     ("json", po::value(&json_path), "also write the results as JSON to this file")
@@ -218,6 +218,8 @@ int bench_main(int argc, char** argv) {
     std::ofstream out(json_path);
     if (!out) throw std::runtime_error("--json: cannot write '" + json_path + "'");
     out << boost::json::serialize(report_json(o, r)) << "\n";
+    out.close();
+    if (!out) throw std::runtime_error("--json: error writing '" + json_path + "' (disk full?)");
   }
   return 0;
 }
