@@ -14,6 +14,7 @@
 #include "memory/dtype.hpp"
 #include "model/config.hpp"
 #include "model/cuda_forward.hpp"
+#include "support/random_weights.hpp"
 
 namespace specpipe {
 namespace {
@@ -35,39 +36,8 @@ model_config tiny_config() {
 
 // Host weights: f32 values already rounded to bf16, so the GPU model holds
 // exactly the numbers the reference uses.
-struct host_model {
-  std::vector<std::vector<float>> store;
-  model_weights w;
-  tensor_view make(std::mt19937& rng, std::int64_t rows, std::int64_t cols, float lo, float hi) {
-    std::uniform_real_distribution<float> u(lo, hi);
-    store.emplace_back(std::size_t(rows * cols));
-    for (auto& x : store.back()) x = bf16_to_f32(f32_to_bf16(u(rng)));
-    return tensor_view(store.back().data(), dtype::f32, {rows, cols});
-  }
-};
-
-host_model random_model(const model_config& c, unsigned seed) {
-  host_model m;
-  m.store.reserve(4 + 9 * std::size_t(c.num_hidden_layers));
-  std::mt19937 rng(seed);
-  const float a = 0.08f;
-  m.w.embed = m.make(rng, c.vocab_size, c.hidden_size, -1.f, 1.f);
-  m.w.final_norm = m.make(rng, 1, c.hidden_size, 0.8f, 1.2f);
-  m.w.lm_head = m.make(rng, c.vocab_size, c.hidden_size, -a, a);
-  for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    layer_weights L;
-    L.attn_norm = m.make(rng, 1, c.hidden_size, 0.8f, 1.2f);
-    L.wq = m.make(rng, c.q_dim(), c.hidden_size, -a, a);
-    L.wk = m.make(rng, c.kv_dim(), c.hidden_size, -a, a);
-    L.wv = m.make(rng, c.kv_dim(), c.hidden_size, -a, a);
-    L.wo = m.make(rng, c.hidden_size, c.q_dim(), -a, a);
-    L.mlp_norm = m.make(rng, 1, c.hidden_size, 0.8f, 1.2f);
-    L.w_gate = m.make(rng, c.intermediate_size, c.hidden_size, -a, a);
-    L.w_up = m.make(rng, c.intermediate_size, c.hidden_size, -a, a);
-    L.w_down = m.make(rng, c.hidden_size, c.intermediate_size, -a, a);
-    m.w.layers.push_back(L);
-  }
-  return m;
+test::random_weights random_model(const model_config& c, unsigned seed) {
+  return test::random_weights(c, seed, 0.08f, dtype::f32);
 }
 
 // One sequence, all tokens; returns logits of every position.

@@ -21,6 +21,7 @@
 #include "model/cuda_forward.hpp"
 #include "model/forward.hpp"
 #include "model/model.hpp"
+#include "support/random_weights.hpp"
 #include "support/test_paths.hpp"
 
 namespace specpipe {
@@ -111,41 +112,8 @@ void check_against_cpu(const model_config& c, const model_weights& w, const std:
 
 // Random bf16 weights (the dtype the GPU keeps, so both sides hold the same
 // numbers), scaled so that the logits are far from flat.
-struct random_weights {
-  std::vector<std::vector<std::uint16_t>> store;
-  model_weights w;
-  tensor_view make(std::mt19937& rng, std::int64_t rows, std::int64_t cols, float lo, float hi) {
-    std::uniform_real_distribution<float> u(lo, hi);
-    store.emplace_back(std::size_t(rows * cols));
-    for (auto& x : store.back()) x = f32_to_bf16(u(rng));
-    // A single row is a norm gain: a vector, as in a checkpoint.
-    if (rows == 1) return tensor_view(store.back().data(), dtype::bf16, {cols});
-    return tensor_view(store.back().data(), dtype::bf16, {rows, cols});
-  }
-};
-
-random_weights make_random(const model_config& c, unsigned seed) {
-  random_weights m;
-  m.store.reserve(4 + 9 * std::size_t(c.num_hidden_layers));
-  std::mt19937 rng(seed);
-  const float a = 0.1f;
-  m.w.embed = m.make(rng, c.vocab_size, c.hidden_size, -1.f, 1.f);
-  m.w.final_norm = m.make(rng, 1, c.hidden_size, 0.8f, 1.2f);
-  m.w.lm_head = m.make(rng, c.vocab_size, c.hidden_size, -a, a);
-  for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    layer_weights L;
-    L.attn_norm = m.make(rng, 1, c.hidden_size, 0.8f, 1.2f);
-    L.wq = m.make(rng, c.q_dim(), c.hidden_size, -a, a);
-    L.wk = m.make(rng, c.kv_dim(), c.hidden_size, -a, a);
-    L.wv = m.make(rng, c.kv_dim(), c.hidden_size, -a, a);
-    L.wo = m.make(rng, c.hidden_size, c.q_dim(), -a, a);
-    L.mlp_norm = m.make(rng, 1, c.hidden_size, 0.8f, 1.2f);
-    L.w_gate = m.make(rng, c.intermediate_size, c.hidden_size, -a, a);
-    L.w_up = m.make(rng, c.intermediate_size, c.hidden_size, -a, a);
-    L.w_down = m.make(rng, c.hidden_size, c.intermediate_size, -a, a);
-    m.w.layers.push_back(L);
-  }
-  return m;
+test::random_weights make_random(const model_config& c, unsigned seed) {
+  return test::random_weights(c, seed, 0.1f, dtype::bf16);
 }
 
 TEST_F(cuda_model_parity, random_model_matches_cpu_forward) {
