@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(build-essential cmake pkg-config libcaf-dev libboost1.81-all-dev libpcre2-dev
+packages=(build-essential cmake pkg-config libcaf-dev libboost1.81-all-dev libboost-json1.81-dev libpcre2-dev
           libgtest-dev libgmock-dev)
 
 if [[ -z "${SPECPIPE_NO_INSTALL:-}" ]]; then
