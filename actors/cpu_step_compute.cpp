@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
-#include "memory/dtype.hpp"
+#include "actors/kv_rows_pack.hpp"
 #include "model/forward.hpp"
 
 namespace specpipe {
@@ -89,29 +89,14 @@ class cpu_step_compute final : public step_compute {
   }
 
  private:
-  // [token][layer][head][K | V] as f16, the host store's row layout.
   std::shared_ptr<const kv_rows> pack_rows(const step_entry& e, const capturing_cache& cache) const {
-    auto r = std::make_shared<kv_rows>();
-    const int layers = int(config_.num_hidden_layers), heads = int(config_.num_key_value_heads);
-    const std::int64_t hd = config_.head_dim, n = std::int64_t(e.tokens.size());
-    r->seq = e.seq;
-    r->pos0 = e.pos0;
-    r->n_tokens = n;
-    r->n_layers = layers;
-    r->n_kv_heads = heads;
-    r->row_bytes = std::size_t(hd) * 2 * sizeof(std::uint16_t);
-    r->data.resize(std::size_t(n) * std::size_t(layers) * std::size_t(heads) * r->row_bytes);
-    auto* dst = reinterpret_cast<std::uint16_t*>(r->data.data());
-    for (std::int64_t t = 0; t < n; ++t)
-      for (int l = 0; l < layers; ++l)
-        for (int h = 0; h < heads; ++h) {
-          const std::size_t at = std::size_t((t * heads + h) * hd);
-          const float* k = cache.k(l).data() + at;
-          const float* v = cache.v(l).data() + at;
-          for (std::int64_t d = 0; d < hd; ++d) *dst++ = f32_to_f16(k[d]);
-          for (std::int64_t d = 0; d < hd; ++d) *dst++ = f32_to_f16(v[d]);
-        }
-    return r;
+    std::vector<const float*> k, v;
+    for (int l = 0; l < int(config_.num_hidden_layers); ++l) {
+      k.push_back(cache.k(l).data());
+      v.push_back(cache.v(l).data());
+    }
+    return pack_kv_rows(e.seq, e.pos0, std::int64_t(e.tokens.size()), int(config_.num_key_value_heads),
+                        config_.head_dim, k, v);
   }
 
   model_config config_;

@@ -2,6 +2,8 @@
 
 #include <unordered_map>
 
+#include <caf/scoped_actor.hpp>
+#include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 #include <caf/typed_response_promise.hpp>
@@ -15,6 +17,7 @@ struct gpu_worker_state {
   std::string track;
   std::shared_ptr<step_compute> compute;  // released with the state: caches go with the actor
   trace_sink trace;
+  planner_actor planner;
   // Each sequence's last picked token, for a step queued with sampled_token.
   std::unordered_map<seq_id, std::int32_t> picked;
   // One logits buffer reused by every step: picking here means logits never
@@ -24,13 +27,43 @@ struct gpu_worker_state {
   worker_usage usage() const { return {id, compute->sequences(), compute->cache_bytes()}; }
 };
 
-gpu_worker_actor::behavior_type gpu_worker_behavior(gpu_worker_actor::stateful_pointer<gpu_worker_state> self,
-                                                    int id, std::shared_ptr<step_compute> compute, trace_sink trace) {
+using worker_ptr = gpu_worker_actor::stateful_pointer<gpu_worker_state>;
+
+// The compute's way to the planner. Prefetches are plain sends from this
+// thread; an immediate fetch blocks this thread on the planner's answer (the
+// step cannot go on without the rows anyway).
+speculation_link make_link(worker_ptr self) {
+  speculation_link link;
+  link.prefetch = [self](std::shared_ptr<const spec_scores> scores) {
+    caf::anon_send(self->state.planner, prefetch_atom_v, spec_request{std::move(scores)});
+  };
+  link.fetch_now = [self](std::shared_ptr<const spec_scores> scores) {
+    caf::scoped_actor blocking{self->system()};
+    std::shared_ptr<const fetched_rows> rows;
+    std::string error;
+    blocking->request(self->state.planner, std::chrono::minutes(1), plan_atom_v, spec_request{std::move(scores)})
+        .receive([&](fetch_ticket& t) { rows = std::move(t.rows); }, [&](caf::error& e) { error = caf::to_string(e); });
+    if (!rows) throw std::runtime_error("rows for this step could not be fetched: " + error);
+    return rows;
+  };
+  link.consumed = [self](const fetched_rows& rows, double t0, double t1) {
+    auto& st = self->state;
+    if (!st.trace) return;
+    if (t1 - t0 >= 1.0) st.trace.span(st.track, "wait rows", trace_cat::control, t0, t1);
+    st.trace.flow(trace_phase::flow_end, st.track, "topk", rows.flow, t1);
+  };
+  return link;
+}
+
+gpu_worker_actor::behavior_type gpu_worker_behavior(worker_ptr self, int id, std::shared_ptr<step_compute> compute,
+                                                    trace_sink trace, planner_actor planner) {
   auto& st = self->state;
   st.id = id;
   st.track = "worker " + std::to_string(id);
   st.compute = std::move(compute);
   st.trace = std::move(trace);
+  st.planner = std::move(planner);
+  if (st.planner) st.compute->attach(make_link(self));
   return {
       [self](step_atom, step_request& req) -> caf::result<step_result> {
         auto& st = self->state;
@@ -53,13 +86,6 @@ gpu_worker_actor::behavior_type gpu_worker_behavior(gpu_worker_actor::stateful_p
             else
               e.tokens.assign(1, it->second);
           }
-          const double t0 = trace_now_us();
-          if (e.fetched) {
-            // The rows must be there before attention reads them.
-            if (std::string err = e.fetched->done->wait(); !err.empty()) out.error = err;
-            out.wait_us = trace_now_us() - t0;
-            if (st.trace) st.trace.span(st.track, "wait rows", trace_cat::control, t0, t0 + out.wait_us);
-          }
           const double t1 = trace_now_us();
           if (out.error.empty()) {
             out.logits.swap(st.logits);
@@ -68,6 +94,7 @@ gpu_worker_actor::behavior_type gpu_worker_behavior(gpu_worker_actor::stateful_p
               if (e.pick) {
                 out.token = (*e.pick)(out.logits);
                 st.picked[e.seq] = out.token;
+                st.compute->picked(e, out.token, out);
               }
             } catch (const std::exception& ex) {
               out.error = "worker " + std::to_string(st.id) + ": request " + std::to_string(e.seq) + ": " + ex.what();
@@ -81,7 +108,6 @@ gpu_worker_actor::behavior_type gpu_worker_behavior(gpu_worker_actor::stateful_p
             const char* name = e.phase == seq_phase::prefill ? "prefill" : "decode";
             st.trace.span(st.track, name, trace_cat::compute, t1, t2,
                           {{"seq", double(e.seq)}, {"tokens", double(e.tokens.size())}});
-            if (e.fetched) st.trace.flow(trace_phase::flow_end, st.track, "topk", e.fetched->flow, t1 + (t2 - t1) / 2);
           }
           res.outputs.push_back(std::move(out));
         }
@@ -97,6 +123,8 @@ gpu_worker_actor::behavior_type gpu_worker_behavior(gpu_worker_actor::stateful_p
       [self](free_atom, seq_id seq) -> worker_usage {
         self->state.compute->release(seq);
         self->state.picked.erase(seq);
+        // After the sequence's last step: none of its prefetches can follow.
+        if (self->state.planner) self->send(self->state.planner, free_atom_v, seq);
         return self->state.usage();
       },
       [self](usage_atom) -> worker_usage { return self->state.usage(); },
@@ -106,9 +134,10 @@ gpu_worker_actor::behavior_type gpu_worker_behavior(gpu_worker_actor::stateful_p
 }  // namespace
 
 gpu_worker_actor spawn_gpu_worker(caf::actor_system& sys, int worker_id, std::shared_ptr<step_compute> compute,
-                                  trace_sink trace) {
+                                  trace_sink trace, planner_actor planner) {
   if (!compute) throw std::invalid_argument("gpu worker " + std::to_string(worker_id) + ": no compute given");
-  return sys.spawn<caf::detached>(gpu_worker_behavior, worker_id, std::move(compute), std::move(trace));
+  return sys.spawn<caf::detached>(gpu_worker_behavior, worker_id, std::move(compute), std::move(trace),
+                                  std::move(planner));
 }
 
 }  // namespace specpipe

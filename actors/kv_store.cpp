@@ -1,5 +1,6 @@
 #include "actors/kv_store.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <unordered_map>
@@ -7,6 +8,7 @@
 
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
+#include <caf/typed_response_promise.hpp>
 
 #include "actors/kv_block_table.hpp"
 #include "actors/pipeline_error.hpp"
@@ -18,17 +20,80 @@ std::size_t kv_block_bytes(const kv_store_options& o) { return kv_row_bytes(o) *
 
 namespace {
 
+// A resolve that names rows still on their way: the worker's planner
+// requests for a step can overtake the scheduler's append of the rows
+// before them (they come from different actors), so the store answers once
+// the append has arrived.
+struct waiting_resolve {
+  std::vector<topk_selection> selections;
+  std::int64_t needs = 0;  // tokens the sequence must hold
+  caf::typed_response_promise<gather_source> promise;
+};
+
+struct pinned_arena {
+  std::unique_ptr<allocator> alloc;  // declared before the memory: freed after it
+  buffer mem;
+};
+
 struct kv_store_state {
   static inline const char* name = "specpipe.kv_store";
   kv_store_options opts;
-  std::unique_ptr<allocator> pinned;  // declared before the arena: freed after it
-  buffer arena;
+  // Shared with every gather under a lease: a gather still running when the
+  // store exits (at shutdown) keeps reading valid memory.
+  std::shared_ptr<pinned_arena> arena;
   std::unique_ptr<kv_block_table> table;
   std::unordered_map<std::uint64_t, seq_id> leases;
   std::unordered_map<seq_id, std::int64_t> pins;
   std::unordered_set<seq_id> freed_while_pinned;
   std::uint64_t next_lease = 1;
+  std::unordered_map<seq_id, std::vector<waiting_resolve>> waiting;
   trace_sink trace;
+
+  // The arena rows of `sel`, under a new lease.
+  gather_source resolve(seq_id seq, std::vector<topk_selection> sel) {
+    gather_source src;
+    src.seq = seq;
+    src.base = arena->mem.as<const std::byte>();
+    src.keep_alive = arena;
+    src.row_bytes = kv_row_bytes(opts);
+    for (const auto& s : sel)
+      for (const std::int64_t p : s.positions) src.rows.push_back(table->row(seq, s.layer, s.kv_head, p));
+    src.selections = std::move(sel);
+    src.lease = next_lease++;
+    leases[src.lease] = seq;
+    ++pins[seq];
+    return src;
+  }
+
+  // Answers the waiting resolves of `seq` that its rows now cover.
+  void wake(seq_id seq) {
+    const auto it = waiting.find(seq);
+    if (it == waiting.end()) return;
+    auto& list = it->second;
+    const std::int64_t have = table->length(seq);
+    for (auto w = list.begin(); w != list.end();) {
+      if (w->needs > have) {
+        ++w;
+        continue;
+      }
+      try {
+        w->promise.deliver(resolve(seq, std::move(w->selections)));
+      } catch (const std::out_of_range& e) {
+        w->promise.deliver(
+            make_pipeline_error(pipeline_errc::invalid_request, "request " + std::to_string(seq) + ": " + e.what()));
+      }
+      w = list.erase(w);
+    }
+    if (list.empty()) waiting.erase(it);
+  }
+
+  void fail_waiting(seq_id seq, const std::string& why) {
+    const auto it = waiting.find(seq);
+    if (it == waiting.end()) return;
+    for (auto& w : it->second)
+      w.promise.deliver(make_pipeline_error(pipeline_errc::unknown_sequence, "request " + std::to_string(seq) + ": " + why));
+    waiting.erase(it);
+  }
 
   kv_usage usage() const {
     const auto u = table->usage();
@@ -84,8 +149,9 @@ kv_store_actor::behavior_type kv_store_behavior(kv_store_actor::stateful_pointer
   const std::int64_t blocks = std::int64_t(opts.budget_bytes / kv_block_bytes(opts));
   st.table = std::make_unique<kv_block_table>(
       kv_block_table_config{opts.n_layers, opts.n_kv_heads, opts.block_tokens, blocks});
-  st.pinned = make_pinned_allocator();
-  st.arena = buffer(*st.pinned, std::size_t(blocks) * kv_block_bytes(opts));
+  st.arena = std::make_shared<pinned_arena>();
+  st.arena->alloc = make_pinned_allocator();
+  st.arena->mem = buffer(*st.arena->alloc, std::size_t(blocks) * kv_block_bytes(opts));
   return {
       [self](reserve_atom, seq_id seq, std::int64_t tokens) -> caf::result<kv_usage> {
         auto& st = self->state;
@@ -128,12 +194,13 @@ kv_store_actor::behavior_type kv_store_behavior(kv_store_actor::stateful_pointer
         } catch (const kv_budget_error& e) {
           return exhausted(st.opts, e, who, "appending " + std::to_string(r.n_tokens) + " tokens would");
         }
-        auto* base = st.arena.as<std::byte>();
+        auto* base = st.arena->mem.as<std::byte>();
         const std::byte* src = r.data.data();
         for (std::int64_t t = 0; t < r.n_tokens; ++t)
           for (int l = 0; l < r.n_layers; ++l)
             for (int h = 0; h < r.n_kv_heads; ++h, src += r.row_bytes)
               std::memcpy(base + std::size_t(st.table->row(r.seq, l, h, r.pos0 + t)) * r.row_bytes, src, r.row_bytes);
+        st.wake(r.seq);
         st.report();
         return st.usage();
       },
@@ -142,21 +209,19 @@ kv_store_actor::behavior_type kv_store_behavior(kv_store_actor::stateful_pointer
         if (!st.table->contains(seq) || st.freed_while_pinned.count(seq))
           return make_pipeline_error(pipeline_errc::unknown_sequence,
                                      "request " + std::to_string(seq) + ": the host store holds no rows for it");
-        gather_source src;
-        src.seq = seq;
-        src.base = st.arena.as<const std::byte>();
-        src.row_bytes = kv_row_bytes(st.opts);
+        std::int64_t needs = 0;
+        for (const auto& s : sel)
+          for (const std::int64_t p : s.positions) needs = std::max(needs, p + 1);
+        if (needs > st.table->length(seq) && needs <= st.table->capacity(seq)) {
+          auto rp = self->make_response_promise<gather_source>();
+          st.waiting[seq].push_back({std::move(sel), needs, rp});
+          return rp;
+        }
         try {
-          for (const auto& s : sel)
-            for (const std::int64_t p : s.positions) src.rows.push_back(st.table->row(seq, s.layer, s.kv_head, p));
+          return st.resolve(seq, std::move(sel));
         } catch (const std::out_of_range& e) {
           return make_pipeline_error(pipeline_errc::invalid_request, "request " + std::to_string(seq) + ": " + e.what());
         }
-        src.selections = std::move(sel);
-        src.lease = st.next_lease++;
-        st.leases[src.lease] = seq;
-        ++st.pins[seq];
-        return src;
       },
       [self](unpin_atom, std::uint64_t lease) {
         auto& st = self->state;
@@ -172,6 +237,7 @@ kv_store_actor::behavior_type kv_store_behavior(kv_store_actor::stateful_pointer
       },
       [self](free_atom, seq_id seq) -> kv_usage {
         auto& st = self->state;
+        st.fail_waiting(seq, "freed while a gather waited for its rows");
         if (const auto it = st.pins.find(seq); it != st.pins.end() && it->second > 0)
           st.freed_while_pinned.insert(seq);  // a gather still reads it
         else

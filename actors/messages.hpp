@@ -16,6 +16,7 @@
 #include "actors/topk_planner.hpp"
 #include "actors/transfer_event.hpp"
 #include "memory/allocator.hpp"
+#include "model/specache_stats.hpp"
 
 namespace specpipe {
 
@@ -58,6 +59,7 @@ struct gather_source {
   std::vector<std::int64_t> rows;
   std::vector<topk_selection> selections;
   std::uint64_t lease = 0;
+  std::shared_ptr<const void> keep_alive;  // the arena outlives the gather
 };
 
 // ---- transfer engine ------------------------------------------------------
@@ -86,6 +88,13 @@ struct fetch_ticket {
   std::shared_ptr<const fetched_rows> rows;
 };
 
+// The rows planned for one step of a sequence: one ticket per layer, in
+// layer order. Each completes on its own, so a step can start on layer 0
+// while the gathers of later layers still run.
+struct fetch_plan {
+  std::vector<std::shared_ptr<const fetched_rows>> layers;
+};
+
 // ---- speculation planner --------------------------------------------------
 
 struct spec_request {
@@ -102,8 +111,9 @@ using token_picker = std::function<std::int32_t(std::span<const float> logits)>;
 
 // One sequence's part of a step: prefill runs the prompt, decode one token,
 // at positions pos0 .. pos0 + tokens.size() - 1 of its cache. A cache mode
-// that reads prefetched rows gets them in `fetched` (wait on fetched->done
-// before reading). `pick` chooses the entry's next token. With
+// that reads prefetched rows gets them in `fetched`, one ticket per layer
+// (the compute waits on each ticket's event before that layer reads it).
+// `pick` chooses the entry's next token. With
 // `sampled_token` the entry's one token is the one this worker picked for the
 // sequence in its previous step (tokens is empty): the scheduler queues the
 // step before that token reaches it.
@@ -112,7 +122,7 @@ struct step_entry {
   seq_phase phase = seq_phase::decode;
   std::vector<std::int32_t> tokens;
   std::int64_t pos0 = 0;
-  std::shared_ptr<const fetched_rows> fetched;
+  std::vector<std::shared_ptr<const fetched_rows>> fetched;
   std::shared_ptr<token_picker> pick;
   bool sampled_token = false;
 };
@@ -123,17 +133,20 @@ struct step_request {
 };
 
 // A sequence's outcome of a step. `error` non-empty: this sequence failed
-// (the others of the step may have succeeded). `scores`: speculative
-// attention for the planner; `needed`: the rows the real query used (hit
-// statistics). Both empty for the full-precision cache.
+// (the others of the step may have succeeded). A compute that speculates
+// sent the planner, layer by layer while it ran, the scores of a query at
+// plan_position: the scheduler collects those plan_layers gathers as the
+// rows of the sequence's next step. `spec` holds the step's hit and
+// speculative-token figures.
 struct step_output {
   seq_id seq = 0;
   std::string error;
   std::int32_t token = -1;     // picked by the worker from the last token's logits
   std::vector<float> logits;  // [vocab] for the entry's last token; empty once picked
   std::shared_ptr<const kv_rows> rows;
-  std::shared_ptr<const spec_scores> scores;
-  std::vector<topk_selection> needed;
+  std::int64_t plan_position = -1;  // -1: no rows planned for the next step
+  int plan_layers = 0;
+  specache_stats spec;
   std::int64_t cache_length = 0;  // after the step
   double compute_us = 0;          // forward time inside the worker
   double wait_us = 0;             // time waiting on fetched rows
@@ -165,6 +178,7 @@ struct scheduler_stats {
   double decode_roundtrip_us = 0;
   double decode_compute_us = 0;
   std::int64_t steps_queued_ahead = 0;  // sent while the worker was still running another
+  specache_stats spec;                   // summed over the steps of speculating cache modes
 };
 
 }  // namespace specpipe

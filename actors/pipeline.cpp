@@ -37,7 +37,8 @@ pipeline::pipeline(caf::actor_system& sys, std::vector<std::shared_ptr<step_comp
   store_ = spawn_kv_store(sys, so, trace);
   engine_ = spawn_transfer_engine(sys, store_, opts_.backend, opts_.transfer, trace);
   planner_ = spawn_speculation_planner(sys, opts_.topk, store_, engine_, trace);
-  for (std::size_t i = 0; i < computes.size(); ++i) workers_.push_back(spawn_gpu_worker(sys, int(i), computes[i], trace));
+  for (std::size_t i = 0; i < computes.size(); ++i)
+    workers_.push_back(spawn_gpu_worker(sys, int(i), computes[i], trace, shape.speculative ? planner_ : planner_actor{}));
   scheduler_options so2;
   so2.workers = workers_;
   so2.store = store_;

@@ -44,7 +44,7 @@ struct sequence {
   int appends_in_flight = 0;      // rows sent to the store, not yet acknowledged
   const char* ended = nullptr;    // finish reason, once decided
 
-  std::shared_ptr<const fetched_rows> fetched;  // for the next step
+  std::vector<std::shared_ptr<const fetched_rows>> fetched;  // for the next step, per layer
 };
 
 struct worker_slot {
@@ -88,7 +88,8 @@ void drop(self_ptr self, std::uint64_t id) {
   const auto timeout = st.opts.step_timeout;
   // Failures to free are not the client's business any more: ignored.
   self->request(st.opts.store, timeout, free_atom_v, seq_id(id)).then([](kv_usage&) {}, [](caf::error&) {});
-  if (st.opts.planner) self->send(st.opts.planner, free_atom_v, seq_id(id));
+  // The planner hears of it from the worker, after the sequence's last step
+  // (whose prefetches must not arrive after the free).
   if (w != no_worker) {
     auto& slot = st.workers[w];
     --slot.sequences;
@@ -252,16 +253,17 @@ bool take_token(self_ptr self, sequence& s, std::int32_t tok) {
   return true;
 }
 
-// Asks the planner for the rows the sequence's next step will read; the
-// sequence waits for the ticket before it is stepped again.
-void plan_next(self_ptr self, std::uint64_t id, std::shared_ptr<const spec_scores> scores) {
+// Collects the rows the worker had the planner gather, layer by layer while
+// the step ran, for the sequence's next step; the sequence waits for them.
+void collect_plan(self_ptr self, std::uint64_t id, std::int64_t position, int layers) {
   if (!self->state.seqs.count(id)) return;
-  self->request(self->state.opts.planner, self->state.opts.step_timeout, plan_atom_v, spec_request{std::move(scores)})
+  self->request(self->state.opts.planner, self->state.opts.step_timeout, collect_atom_v, seq_id(id), position,
+                std::int32_t(layers))
       .then(
-          [self, id](fetch_ticket& t) {
+          [self, id](fetch_plan& p) {
             const auto it = self->state.seqs.find(id);
             if (it == self->state.seqs.end()) return;
-            it->second.fetched = std::move(t.rows);
+            it->second.fetched = std::move(p.layers);
             it->second.awaiting_plan = false;
             kick(self, it->second.worker);
           },
@@ -279,7 +281,12 @@ void on_step_result(self_ptr self, std::size_t w, double sent_us, step_result& r
   // request, whose resolve must find them there; they count as in flight at
   // once, so a sequence that ends in this step waits for them.
   std::vector<std::pair<std::uint64_t, std::shared_ptr<const kv_rows>>> appends;
-  std::vector<std::pair<std::uint64_t, std::shared_ptr<const spec_scores>>> plans;
+  struct plan_ref {
+    std::uint64_t id;
+    std::int64_t position;
+    int layers;
+  };
+  std::vector<plan_ref> plans;
   appends.reserve(res.outputs.size());
   for (auto& out : res.outputs) {
     const auto it = st.seqs.find(out.seq);
@@ -300,7 +307,7 @@ void on_step_result(self_ptr self, std::size_t w, double sent_us, step_result& r
       ++s.appends_in_flight;
       appends.emplace_back(s.id, std::move(out.rows));
     }
-    if (st.opts.planner && !out.needed.empty()) self->send(st.opts.planner, needed_atom_v, s.id, out.needed);
+    st.stats.spec.merge(out.spec);
     if (was_prefill) {
       s.res.prefill_seconds = (got_us - sent_us) / 1e6;
       s.decode_start_us = got_us;
@@ -312,14 +319,20 @@ void on_step_result(self_ptr self, std::size_t w, double sent_us, step_result& r
       ++s.res.decode_forwards;
     }
     if (!take_token(self, s, out.token)) continue;
-    if (st.opts.planner && out.scores) {
+    if (out.plan_position >= 0) {
+      if (!st.opts.planner) {
+        fail(self, s.id, make_pipeline_error(pipeline_errc::invalid_request,
+                                             "request " + std::to_string(s.id) + ": its cache mode plans rows, "
+                                             "but the pipeline has no planner"));
+        continue;
+      }
       s.awaiting_plan = true;
-      plans.emplace_back(s.id, std::move(out.scores));
+      plans.push_back({s.id, out.plan_position, out.plan_layers});
     }
   }
   kick(self, w);
   for (auto& [id, rows] : appends) append_rows(self, id, std::move(rows));
-  for (auto& [id, scores] : plans) plan_next(self, id, std::move(scores));
+  for (const auto& p : plans) collect_plan(self, p.id, p.position, p.layers);
   ++st.stats.steps;
   if (any_decode) {
     ++st.stats.decode_steps;
@@ -379,7 +392,7 @@ void kick(self_ptr self, std::size_t w) {
       else
         e.tokens.assign(1, s.next_token);
       e.fetched = std::move(s.fetched);
-      s.fetched.reset();
+      s.fetched.clear();
     }
     s.pos_ahead = e.pos0 + (e.sampled_token ? 1 : std::int64_t(e.tokens.size()));
     ++s.in_step;

@@ -4,6 +4,8 @@
 // cpu_forward and the full cache (actors/cpu_step_compute.hpp); tests use
 // doubles with the same interface. Called only from the worker's own thread.
 #include <cstdint>
+#include <functional>
+#include <memory>
 
 #include "actors/messages.hpp"
 
@@ -19,6 +21,20 @@ struct compute_shape {
   bool speculative = false;
 };
 
+// How a compute that speculates reaches the planner from inside run(); the
+// worker fills it in (attach()). Called on the worker's thread only.
+struct speculation_link {
+  // Sends one layer's speculative scores: the planner gathers that layer's
+  // rows for the sequence's next step while the compute goes on.
+  std::function<void(std::shared_ptr<const spec_scores>)> prefetch;
+  // Plans and gathers rows now and returns the ticket; the caller then waits
+  // on its event (the output-prefetch ablation: the transfer is on the
+  // critical path). Throws std::runtime_error when the planner fails.
+  std::function<std::shared_ptr<const fetched_rows>(std::shared_ptr<const spec_scores>)> fetch_now;
+  // A layer's rows were waited for from t0 to t1 (trace clock) and read.
+  std::function<void(const fetched_rows&, double t0_us, double t1_us)> consumed;
+};
+
 class step_compute {
  public:
   virtual ~step_compute() = default;
@@ -26,8 +42,14 @@ class step_compute {
   // Runs one sequence's entry (creating its cache at the first prefill):
   // fills out.logits (the last token's), out.rows (its new K|V rows, f16),
   // out.cache_length, and for speculative cache modes out.scores/out.needed.
-  // entry.fetched, when set, has completed. Throws on failure.
+  // The compute waits on each of entry.fetched's events before it reads
+  // those rows. Throws on failure.
   virtual void run(const step_entry& entry, step_output& out) = 0;
+  // The worker picked `token` from run()'s logits. SpeCache pre-decodes
+  // after a prefill here (it needs the first token). Throws on failure.
+  virtual void picked(const step_entry&, std::int32_t /*token*/, step_output&) {}
+  // Gives a speculating compute its way to the planner (once, at start).
+  virtual void attach(speculation_link) {}
   // Drops a sequence's cache (no-op for unknown sequences).
   virtual void release(seq_id seq) = 0;
   virtual std::int64_t sequences() const = 0;

@@ -2,11 +2,10 @@
 // The top-k policy of SpeCache (DESIGN.md): per layer and KV head, the
 // speculative row's softmax probabilities are averaged over the query heads
 // of the GQA group, its own position is excluded, and the k most attended
-// positions are fetched for the next step. Keeps the hit statistics: of the
-// rows a step needed (the real query's top-k), the share already fetched.
+// positions are fetched for the next step. (Hit statistics are counted where
+// both the fetched and the needed rows are known: in the worker's compute.)
 #include <cstdint>
 #include <span>
-#include <unordered_map>
 #include <vector>
 
 #include "actors/ids.hpp"
@@ -15,9 +14,11 @@ namespace specpipe {
 
 // Attention probabilities of one speculative query over a sequence's cache.
 // probs is [n_layers][n_kv_heads][group][n_positions] (group = query heads
-// per KV head).
+// per KV head), for layers layer0 .. layer0 + n_layers - 1; n_positions is
+// the number of candidate positions 0 .. n_positions - 1.
 struct spec_scores {
   seq_id seq = 0;
+  int layer0 = 0;
   int n_layers = 0;
   int n_kv_heads = 0;
   int group = 1;
@@ -33,10 +34,12 @@ struct topk_selection {
   std::vector<std::int64_t> positions;
 };
 
-struct topk_hit_stats {
-  std::int64_t needed = 0;  // rows steps asked for
-  std::int64_t hits = 0;    // of those, already fetched
-  double hit_rate() const { return needed > 0 ? double(hits) / double(needed) : 0.0; }
+// What the planner has done, for reports.
+struct planner_stats {
+  std::int64_t plans = 0;   // selections made (one per layer and step)
+  std::int64_t rows = 0;    // rows gathered
+  std::int64_t bytes = 0;
+  std::int64_t failed = 0;  // plans whose resolve or gather failed
 };
 
 // The k positions with the largest group-averaged probability, ascending;
@@ -50,27 +53,13 @@ class topk_planner {
 
   int k() const { return k_; }
 
-  // One selection per (layer, KV head), in layer-major order; remembers them
-  // as the sequence's fetched set. Throws std::invalid_argument when the
-  // scores' size disagrees with their shape.
-  std::vector<topk_selection> plan(const spec_scores& scores);
-
-  // A step needed `needed` rows of `seq`: counts how many were in the last
-  // plan for it, and returns this step's figures.
-  topk_hit_stats record_needed(seq_id seq, std::span<const topk_selection> needed);
-
-  void forget(seq_id seq) {
-    fetched_.erase(seq);
-    heads_.erase(seq);
-  }
-  const topk_hit_stats& totals() const { return totals_; }
+  // One selection per (layer, KV head), in layer-major order, numbered from
+  // scores.layer0. Throws std::invalid_argument when the scores' size
+  // disagrees with their shape.
+  std::vector<topk_selection> plan(const spec_scores& scores) const;
 
  private:
   int k_;
-  // seq -> per stream (layer * heads + head) the fetched positions, ascending.
-  std::unordered_map<seq_id, std::vector<std::vector<std::int64_t>>> fetched_;
-  std::unordered_map<seq_id, int> heads_;
-  topk_hit_stats totals_;
 };
 
 }  // namespace specpipe

@@ -34,6 +34,22 @@ double length(const std::vector<interval>& merged) {
   return s;
 }
 
+// `a` without the parts covered by `b` (both merged and sorted).
+std::vector<interval> subtract(const std::vector<interval>& a, const std::vector<interval>& b) {
+  std::vector<interval> out;
+  std::size_t j = 0;
+  for (auto [lo, hi] : a) {
+    while (j < b.size() && b[j].second <= lo) ++j;
+    for (std::size_t k = j; k < b.size() && b[k].first < hi; ++k) {
+      if (b[k].first > lo) out.emplace_back(lo, b[k].first);
+      lo = std::max(lo, b[k].second);
+      if (lo >= hi) break;
+    }
+    if (lo < hi) out.emplace_back(lo, hi);
+  }
+  return out;
+}
+
 // Total length of the intersection of two merged interval lists.
 double intersection(const std::vector<interval>& a, const std::vector<interval>& b) {
   double s = 0;
@@ -159,7 +175,7 @@ trace_summary summarize(const parsed_trace& t) {
   trace_summary s;
   s.wall_us = t.t_end_us - t.t_begin_us;
   std::map<std::string, std::vector<interval>> per_track;
-  std::vector<interval> compute, transfer;
+  std::vector<interval> compute, transfer, waits;
   std::vector<double> steps;
   std::map<std::string, std::int64_t> counts;
   for (const auto& sp : t.spans) {
@@ -167,6 +183,7 @@ trace_summary summarize(const parsed_trace& t) {
     ++counts[sp.track];
     if (sp.cat == trace_cat::compute) compute.emplace_back(sp.ts_us, sp.ts_us + sp.dur_us);
     if (sp.cat == trace_cat::transfer) transfer.emplace_back(sp.ts_us, sp.ts_us + sp.dur_us);
+    if (sp.name == "wait rows") waits.emplace_back(sp.ts_us, sp.ts_us + sp.dur_us);
     if (sp.cat == trace_cat::compute && sp.name == "decode") steps.push_back(sp.dur_us);
   }
   for (const auto& name : t.tracks) {
@@ -178,7 +195,9 @@ trace_summary summarize(const parsed_trace& t) {
     ts.busy_share = s.wall_us > 0 ? ts.busy_us / s.wall_us : 0;
     s.tracks.push_back(ts);
   }
-  const auto mt = merge(transfer), mc = merge(compute);
+  // A compute span that waits for rows inside it (the worker blocked on a
+  // transfer) hides nothing while it waits.
+  const auto mt = merge(transfer), mc = subtract(merge(compute), merge(waits));
   s.transfer_us = length(mt);
   s.hidden_transfer_us = intersection(mt, mc);
   s.overlap_pct = s.transfer_us > 0 ? 100.0 * s.hidden_transfer_us / s.transfer_us : 0;

@@ -53,7 +53,7 @@ struct trace_summary {
   std::vector<track_summary> tracks;
   double wall_us = 0;
   double transfer_us = 0;        // union of transfer spans
-  double hidden_transfer_us = 0;  // ... of it under compute spans
+  double hidden_transfer_us = 0;  // ... of it under compute spans, less their "wait rows" parts
   double overlap_pct = 0;        // hidden / transfer * 100 (0 without transfers)
   std::int64_t steps = 0;        // "decode" compute spans
   double step_p50_us = 0, step_p90_us = 0, step_p99_us = 0;

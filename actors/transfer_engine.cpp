@@ -54,7 +54,12 @@ transfer_engine_actor::behavior_type transfer_engine_behavior(
         rp.deliver(fetch_ticket{rows});
         const double t0 = trace_now_us();
         st.bytes_in_flight += std::int64_t(bytes);
-        if (st.trace) st.trace.counter("transfer", "bytes in flight", {{"bytes", double(st.bytes_in_flight)}});
+        if (st.trace) {
+          st.trace.counter("transfer", "bytes in flight", {{"bytes", double(st.bytes_in_flight)}});
+          // Before the copy completes, so the tracer has the flow's step
+          // before the reader can record its end.
+          st.trace.flow(trace_phase::flow_step, "transfer", "topk", req.flow, t0);
+        }
         if (st.opts.extra_latency.count() > 0) std::this_thread::sleep_for(st.opts.extra_latency);
         try {
           st.backend->gather(src, rows->staging->data(), *rows->done);
@@ -65,10 +70,12 @@ transfer_engine_actor::behavior_type transfer_engine_behavior(
         st.bytes_in_flight -= std::int64_t(bytes);
         caf::anon_send(st.store, unpin_atom_v, src.lease);
         if (st.trace) {
-          const double t1 = trace_now_us();
+          // The span ends when the rows were there, not when this thread got
+          // round to recording it.
+          const double done_at = rows->done->completed_at_us();
+          const double t1 = done_at > 0 ? done_at : trace_now_us();
           st.trace.span("transfer", "gather", trace_cat::transfer, t0, t1,
                         {{"rows", double(src.rows.size())}, {"bytes", double(bytes)}, {"seq", double(src.seq)}});
-          st.trace.flow(trace_phase::flow_step, "transfer", "topk", req.flow, t0 + (t1 - t0) / 2);
           st.trace.counter("transfer", "bytes in flight", {{"bytes", double(st.bytes_in_flight)}});
         }
         return rp;

@@ -33,7 +33,8 @@ CAF_BEGIN_TYPE_ID_BLOCK(specpipe, caf::first_custom_type_id)
   // transfer engine, planner
   CAF_ADD_ATOM(specpipe, specpipe, gather_atom, "gather")
   CAF_ADD_ATOM(specpipe, specpipe, plan_atom, "plan")
-  CAF_ADD_ATOM(specpipe, specpipe, needed_atom, "needed")
+  CAF_ADD_ATOM(specpipe, specpipe, prefetch_atom, "prefetch")
+  CAF_ADD_ATOM(specpipe, specpipe, collect_atom, "collect")
   // tracer
   CAF_ADD_ATOM(specpipe, specpipe, trace_atom, "trace")
   CAF_ADD_ATOM(specpipe, specpipe, flush_atom, "flush")
@@ -43,7 +44,8 @@ CAF_BEGIN_TYPE_ID_BLOCK(specpipe, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(specpipe, (specpipe::generation_result))
   CAF_ADD_TYPE_ID(specpipe, (specpipe::topk_selection))
   CAF_ADD_TYPE_ID(specpipe, (std::vector<specpipe::topk_selection>))
-  CAF_ADD_TYPE_ID(specpipe, (specpipe::topk_hit_stats))
+  CAF_ADD_TYPE_ID(specpipe, (specpipe::planner_stats))
+  CAF_ADD_TYPE_ID(specpipe, (specpipe::specache_stats))
   CAF_ADD_TYPE_ID(specpipe, (specpipe::kv_usage))
   CAF_ADD_TYPE_ID(specpipe, (specpipe::worker_usage))
   CAF_ADD_TYPE_ID(specpipe, (specpipe::scheduler_stats))
@@ -52,6 +54,7 @@ CAF_BEGIN_TYPE_ID_BLOCK(specpipe, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(specpipe, (specpipe::gather_source))
   CAF_ADD_TYPE_ID(specpipe, (specpipe::gather_request))
   CAF_ADD_TYPE_ID(specpipe, (specpipe::fetch_ticket))
+  CAF_ADD_TYPE_ID(specpipe, (specpipe::fetch_plan))
   CAF_ADD_TYPE_ID(specpipe, (specpipe::spec_request))
   CAF_ADD_TYPE_ID(specpipe, (specpipe::step_request))
   CAF_ADD_TYPE_ID(specpipe, (specpipe::step_result))
@@ -65,6 +68,7 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(specpipe::kv_append)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(specpipe::gather_source)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(specpipe::gather_request)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(specpipe::fetch_ticket)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(specpipe::fetch_plan)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(specpipe::spec_request)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(specpipe::step_request)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(specpipe::step_result)
@@ -94,8 +98,14 @@ typename Inspector::result_type inspect(Inspector& f, topk_selection& x) {
 }
 
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, topk_hit_stats& x) {
-  return f(caf::meta::type_name("topk_hit_stats"), x.needed, x.hits);
+typename Inspector::result_type inspect(Inspector& f, planner_stats& x) {
+  return f(caf::meta::type_name("planner_stats"), x.plans, x.rows, x.bytes, x.failed);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, specache_stats& x) {
+  return f(caf::meta::type_name("specache_stats"), x.steps, x.needed, x.hits, x.guesses, x.guess_hits,
+           x.rows_fetched, x.bytes_fetched);
 }
 
 template <class Inspector>
@@ -112,7 +122,7 @@ typename Inspector::result_type inspect(Inspector& f, worker_usage& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, scheduler_stats& x) {
   return f(caf::meta::type_name("scheduler_stats"), x.requests_done, x.requests_failed, x.steps,
-           x.decode_steps, x.decode_roundtrip_us, x.decode_compute_us, x.steps_queued_ahead);
+           x.decode_steps, x.decode_roundtrip_us, x.decode_compute_us, x.steps_queued_ahead, x.spec);
 }
 
 }  // namespace specpipe

@@ -76,6 +76,15 @@ void print_timing_line(const generation_result& res, const std::string& model_na
                res.finish_reason.c_str(), model_name.c_str(), device.c_str(), kv.c_str());
 }
 
+void print_specache_line(const specache_stats& s) {
+  std::fprintf(stderr,
+               "[specache: %lld steps | top-k hit rate %.1f%% (%lld of %lld rows) | speculative token matched "
+               "%.1f%% | %.1f KiB fetched per step]\n",
+               static_cast<long long>(s.steps), 100 * s.hit_rate(), static_cast<long long>(s.hits),
+               static_cast<long long>(s.needed), 100 * s.guess_rate(),
+               s.steps > 0 ? double(s.bytes_fetched) / double(s.steps) / 1024.0 : 0.0);
+}
+
 int guarded(const char* command, int (*body)(int, char**), int argc, char** argv) {
   try {
     return body(argc, argv);

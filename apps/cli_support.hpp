@@ -4,6 +4,7 @@
 #include <boost/program_options.hpp>
 
 #include "model/generator.hpp"
+#include "model/specache_stats.hpp"
 
 #include <filesystem>
 #include <stdexcept>
@@ -36,6 +37,9 @@ std::vector<long long> parse_int_list(const std::string& flag, const std::string
 // the model, the device and the cache.
 void print_timing_line(const generation_result& res, const std::string& model_name, const std::string& device,
                        const std::string& kv);
+
+// SpeCache's figures of a run, on stderr after the timing line.
+void print_specache_line(const specache_stats& s);
 
 // Runs `body`, mapping exceptions to the exit codes documented in commands.hpp.
 int guarded(const char* command, int (*body)(int, char**), int argc, char** argv);

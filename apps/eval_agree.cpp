@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <iostream>
+#include <optional>
 
 #include "apps/eval_commands.hpp"
 #include "apps/eval_common.hpp"
@@ -22,6 +23,7 @@ struct agreement {
   std::int64_t agreed = 0;
   double kl_sum = 0;
   double kl_max = 0;
+  std::optional<specache_stats> spec;  // SpeCache modes only
 };
 
 }  // namespace
@@ -48,7 +50,7 @@ int eval_agree_main(int argc, char** argv) {
   const model m = model::load(resolve_model_dir(common.model));
   const auto shape = eval_window_of(m.config, m.tok, context, tokens);
   const eval_mode reference{"full", 0};
-  for (const auto& mode : modes) make_eval_cache(mode, m.config, 1);
+  for (const auto& mode : modes) check_eval_mode(mode);
   const std::vector<std::int32_t>& bos = shape.bos;
   const std::int64_t window = shape.text_tokens;
   const std::int64_t positions = context + tokens;
@@ -82,17 +84,17 @@ int eval_agree_main(int argc, char** argv) {
       // The reference run keeps every distribution; each mode is then
       // compared position by position without holding two caches at once.
       {
-        auto cache = make_eval_cache(reference, m.config, positions, &fwd.pool());
-        teacher_forced(fwd, *cache, prefill, targets,
+        auto session = make_eval_session(reference, fwd, positions, common.topk);
+        teacher_forced(*session, m.config.vocab_size, prefill, targets,
                        [&](std::size_t i, std::span<const float> logits) {
                          std::copy(logits.begin(), logits.end(), ref_logits.begin() + std::ptrdiff_t(i * vocab));
                        },
                        progress.get());
       }
       for (std::size_t mi = 0; mi < modes.size(); ++mi) {
-        auto cache = make_eval_cache(modes[mi], m.config, positions, &fwd.pool());
+        auto session = make_eval_session(modes[mi], fwd, positions, common.topk);
         auto& r = results[mi];
-        teacher_forced(fwd, *cache, prefill, targets,
+        teacher_forced(*session, m.config.vocab_size, prefill, targets,
                        [&](std::size_t i, std::span<const float> logits) {
                          const std::span<const float> ref(ref_logits.data() + i * vocab, vocab);
                          const double kl = kl_divergence(ref, logits);
@@ -102,6 +104,10 @@ int eval_agree_main(int argc, char** argv) {
                          r.kl_max = std::max(r.kl_max, kl);
                        },
                        progress.get());
+        if (const auto* st = eval_session_stats(*session)) {
+          if (!r.spec) r.spec.emplace();
+          r.spec->merge(*st);
+        }
       }
     }
   }
@@ -121,12 +127,15 @@ int eval_agree_main(int argc, char** argv) {
                             {"greedy_agreement", agree},
                             {"mean_kl", mean_kl},
                             {"max_kl", r.kl_max}});
+    if (r.spec) mode_results.back().as_object()["specache"] = specache_json(*r.spec);
     rows.push_back({modes[mi].label(), std::to_string(r.positions), format_fixed(100 * agree, 2) + "%",
                     format_fixed(mean_kl, 6), format_fixed(r.kl_max, 6)});
   }
   std::cout << "agreement with full: " << texts.size() << " text(s) x " << windows << " window(s), context "
             << context << ", " << tokens << " positions each\n";
   print_table(std::cout, {"mode", "positions", "greedy_agree", "mean_kl", "max_kl"}, rows);
+  for (std::size_t mi = 0; mi < modes.size(); ++mi)
+    if (results[mi].spec) std::cout << specache_line(modes[mi].label(), *results[mi].spec) << "\n";
 
   if (vm.count("json")) {
     boost::json::array files;

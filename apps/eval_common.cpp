@@ -54,6 +54,7 @@ void add_eval_common_flags(po::options_description& desc, eval_common_flags& f) 
     ("kv", po::value(&f.kv)->default_value("full"), "cache modes to compare: MODE[:BITS],... (e.g. full,kivi:2)")
     ("kv-bits", po::value(&f.kv_bits)->default_value(0), "bits of a mode given without :BITS (0: each format's default: kivi 2, specache 1, hier 8)")
     ("threads", po::value(&f.threads)->default_value(0), "CPU threads; 0 = all cores")
+    ("topk", po::value(&f.topk)->default_value(64), "specache: 16-bit rows fetched per layer and KV head")
     ("json", po::value(&f.json), "write the results as JSON to this file");
 }
 
@@ -76,6 +77,7 @@ std::vector<eval_mode> check_eval_common_flags(const eval_common_flags& f, const
   if (f.threads < 0) throw usage_error("--threads: must be >= 0, got " + std::to_string(f.threads));
   if (f.kv_bits < 0 || f.kv_bits > 16)
     throw usage_error("--kv-bits: must be in [0, 16] (0: the format's default), got " + std::to_string(f.kv_bits));
+  if (f.topk < 1) throw usage_error("--topk: must be >= 1, got " + std::to_string(f.topk));
   if (need_text && f.texts.empty()) throw usage_error("--text: at least one text file is required");
   if (vm.count("json")) check_output_path("json", f.json);
   return parse_eval_modes(f.kv, f.kv_bits);
@@ -111,17 +113,17 @@ std::vector<eval_text> load_eval_texts(const std::vector<std::string>& files, co
   return out;
 }
 
-void teacher_forced(cpu_forward& fwd, cache_policy& cache, std::span<const std::int32_t> prefill,
+void teacher_forced(decode_session& session, std::int64_t vocab, std::span<const std::int32_t> prefill,
                     std::span<const std::int32_t> targets,
                     const std::function<void(std::size_t, std::span<const float>)>& on_logits,
                     progress_meter* progress) {
-  std::vector<float> logits(std::size_t(fwd.config().vocab_size));
-  fwd.forward(prefill, cache, logits);
+  std::vector<float> logits(static_cast<std::size_t>(vocab));
+  session.prefill(prefill, logits);
   if (progress) progress->advance();
   for (std::size_t i = 0; i < targets.size(); ++i) {
     on_logits(i, logits);
     if (i + 1 == targets.size()) break;
-    fwd.forward(targets.subspan(i, 1), cache, logits);
+    session.step(targets[i], logits);
     if (progress) progress->advance();
   }
 }
@@ -156,6 +158,19 @@ std::string format_fixed(double v, int decimals) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
   return buf;
+}
+
+boost::json::value specache_json(const specache_stats& s) {
+  return {{"steps", s.steps},           {"topk_needed", s.needed},        {"topk_hits", s.hits},
+          {"topk_hit_rate", s.hit_rate()}, {"guesses", s.guesses},        {"guess_hits", s.guess_hits},
+          {"guess_rate", s.guess_rate()}, {"rows_fetched", s.rows_fetched}, {"bytes_fetched", s.bytes_fetched}};
+}
+
+std::string specache_line(const std::string& label, const specache_stats& s) {
+  return label + ": top-k hit rate " + format_fixed(100 * s.hit_rate(), 1) + "% (" + std::to_string(s.hits) + " of " +
+         std::to_string(s.needed) + " rows), speculative token matched " + format_fixed(100 * s.guess_rate(), 1) +
+         "%, " + format_fixed(s.steps > 0 ? double(s.bytes_fetched) / double(s.steps) / 1024.0 : 0, 1) +
+         " KiB fetched per step";
 }
 
 void write_text_file(const std::string& path, const std::string& text) {

@@ -26,6 +26,7 @@ struct eval_common_flags {
   std::string kv = "full";
   int kv_bits = 2;
   int threads = 0;
+  int topk = 64;  // SpeCache's rows per (layer, KV head)
   std::string json;
 };
 
@@ -61,11 +62,11 @@ eval_window_shape eval_window_of(const model_config& config, const tokenizer& to
 
 std::vector<eval_text> load_eval_texts(const std::vector<std::string>& files, const tokenizer& tok);
 
-// Teacher forcing over one window: runs `prefill` (one forward), then each
-// target but the last as a one-token decode step, so the cache policy is used
-// exactly as in generation. on_logits(i, logits) sees the distribution that
-// predicts targets[i]; the progress meter advances once per forward.
-void teacher_forced(cpu_forward& fwd, cache_policy& cache, std::span<const std::int32_t> prefill,
+// Teacher forcing over one window: runs `prefill`, then each target but the
+// last as a decode step, so the cache mode is used exactly as in generation.
+// on_logits(i, logits) sees the distribution that predicts targets[i]; the
+// progress meter advances once per step.
+void teacher_forced(decode_session& session, std::int64_t vocab, std::span<const std::int32_t> prefill,
                     std::span<const std::int32_t> targets,
                     const std::function<void(std::size_t, std::span<const float>)>& on_logits,
                     progress_meter* progress);
@@ -79,6 +80,11 @@ void print_table(std::ostream& out, const std::vector<std::string>& header,
                  const std::vector<std::vector<std::string>>& rows);
 
 std::string format_fixed(double v, int decimals);
+
+// SpeCache's figures of a mode, for the JSON, and a line for the table's
+// footer ("" for modes without them).
+boost::json::value specache_json(const specache_stats& s);
+std::string specache_line(const std::string& label, const specache_stats& s);
 
 // Writes `value` pretty-printed; std::runtime_error naming the file on failure.
 void write_json_file(const std::string& path, const boost::json::value& value);

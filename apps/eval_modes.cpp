@@ -4,6 +4,7 @@
 
 #include "apps/cli_support.hpp"
 #include "model/kv_mode.hpp"
+#include "model/specache_session.hpp"
 
 namespace specpipe::apps {
 
@@ -47,16 +48,51 @@ std::vector<eval_mode> parse_eval_modes(const std::string& text, int default_bit
   return modes;
 }
 
-std::unique_ptr<cache_policy> make_eval_cache(const eval_mode& mode, const model_config& config,
-                                              std::int64_t max_tokens, kernels::cpu::thread_pool* pool) {
-  // The same modes and defaults as generate's --kv (model/kv_mode.hpp).
-  kv_mode m;
+namespace {
+
+// The kv_mode behind an eval mode name and whether it is a SpeCache session.
+struct resolved_mode {
+  kv_mode kv;
+  bool session = false;  // specache with 16-bit rows (else a plain cache)
+};
+
+resolved_mode resolve(const eval_mode& mode, int topk) {
+  // The same formats and defaults as generate's --kv (model/kv_mode.hpp).
+  std::string name = mode.name;
+  std::string prefetch = "speculative";
+  bool session = name == "specache";
+  if (name == "specache-output") {
+    name = "specache";
+    prefetch = "output";
+    session = true;
+  } else if (name == "specache-nofetch") {
+    name = "specache";
+  }
+  resolved_mode r;
   try {
-    m = parse_kv_mode(mode.name, mode.bits, 0, 0);
+    r.kv = parse_kv_mode(name, mode.bits, 0, 0);
+    if (session) set_specache_flags(r.kv, topk, prefetch);
   } catch (const std::invalid_argument& e) {
     throw usage_error(std::string("--kv: ") + mode.label() + ": " + e.what());
   }
-  return make_kv_cache(m, config, max_tokens, pool);
+  r.session = session;
+  return r;
+}
+
+}  // namespace
+
+void check_eval_mode(const eval_mode& mode) { resolve(mode, 64); }
+
+std::unique_ptr<decode_session> make_eval_session(const eval_mode& mode, cpu_forward& fwd, std::int64_t max_tokens,
+                                                  int topk) {
+  const resolved_mode r = resolve(mode, topk);
+  if (r.session) return std::make_unique<specache_session>(fwd, specache_config_of(r.kv), max_tokens);
+  return make_cache_session(fwd, make_kv_cache(r.kv, fwd.config(), max_tokens, &fwd.pool()));
+}
+
+const specache_stats* eval_session_stats(const decode_session& session) {
+  const auto* s = dynamic_cast<const specache_session*>(&session);
+  return s ? &s->stats() : nullptr;
 }
 
 }  // namespace specpipe::apps

@@ -1,17 +1,19 @@
 #pragma once
 // The KV-cache modes `specpipe eval` compares. `--kv full,kivi:2,hier:8`
 // names them, each optionally with its bits ("name:bits"); `--kv-bits` is the
-// bits of a mode given without. make_eval_cache is the one place that turns a
-// mode into a cache policy, so new modes only need to be added there.
+// bits of a mode given without. make_eval_session is the one place that turns
+// a mode into a decode session, so new modes only need to be added there.
+// Besides the --kv formats of generate: `specache-output` (SpeCache with the
+// paper's non-speculative output prefetch) and `specache-nofetch` (its low-bit
+// copy alone, no 16-bit rows).
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "model/cache_policy.hpp"
 #include "model/config.hpp"
-
-namespace specpipe::kernels::cpu { class thread_pool; }
+#include "model/decode_session.hpp"
+#include "model/specache_stats.hpp"
 
 namespace specpipe::apps {
 
@@ -22,12 +24,21 @@ struct eval_mode {
 };
 
 // Parses the --kv list. Throws usage_error on empty items, bad bits and
-// duplicates; the names themselves are checked by make_eval_cache.
+// duplicates; the names themselves are checked by check_eval_mode.
 std::vector<eval_mode> parse_eval_modes(const std::string& text, int default_bits);
 
-// A fresh cache for one sequence of up to max_tokens positions. Throws
-// usage_error for a mode this build does not know.
-std::unique_ptr<cache_policy> make_eval_cache(const eval_mode& mode, const model_config& config,
-                                              std::int64_t max_tokens, kernels::cpu::thread_pool* pool = nullptr);
+// Throws usage_error for a mode this build does not know, so a bad list
+// fails before any work.
+void check_eval_mode(const eval_mode& mode);
+
+// A fresh session for one sequence of up to max_tokens positions over `fwd`
+// (which must outlive it); `topk` is SpeCache's rows per (layer, KV head).
+// Throws usage_error for an unknown mode.
+std::unique_ptr<decode_session> make_eval_session(const eval_mode& mode, cpu_forward& fwd, std::int64_t max_tokens,
+                                                  int topk);
+
+// SpeCache's figures of a session make_eval_session built; null for modes
+// that do not fetch rows.
+const specache_stats* eval_session_stats(const decode_session& session);
 
 }  // namespace specpipe::apps

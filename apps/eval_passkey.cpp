@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <iostream>
 
 #include "apps/eval_commands.hpp"
@@ -96,7 +97,7 @@ int eval_passkey_main(int argc, char** argv) {
     if (n > m.config.max_position_embeddings)
       throw usage_error("--lengths: " + std::to_string(n) + " exceeds the model's " +
                         std::to_string(m.config.max_position_embeddings) + " positions");
-  for (const auto& mode : modes) make_eval_cache(mode, m.config, 1);
+  for (const auto& mode : modes) check_eval_mode(mode);
 
   std::vector<haystack_book> books;
   for (auto& t : load_eval_texts(common.texts, m.tok)) books.push_back({t.file, std::move(t.tokens)});
@@ -123,14 +124,15 @@ int eval_passkey_main(int argc, char** argv) {
   auto progress = make_eval_progress("eval passkey", std::int64_t(modes.size() * docs.size()), "documents");
   const std::size_t cells = lengths.size() * depths.size();
   std::vector<std::vector<cell_result>> results(modes.size(), std::vector<cell_result>(cells));
+  std::vector<std::optional<specache_stats>> spec(modes.size());
   boost::json::array examples;  // the first mode's answers, to see what the model says
   std::vector<float> logits(std::size_t(m.config.vocab_size));
   for (std::size_t mi = 0; mi < modes.size(); ++mi) {
     for (std::size_t d = 0; d < docs.size(); ++d) {
       const auto& doc = docs[d];
       const std::int64_t length = std::int64_t(doc.prompt.size() + doc.answer.size()) + 1;
-      auto cache = make_eval_cache(modes[mi], m.config, length, &fwd.pool());
-      fwd.forward(doc.prompt, *cache, logits);
+      auto session = make_eval_session(modes[mi], fwd, length, common.topk);
+      session->prefill(doc.prompt, logits);
       std::vector<std::int32_t> generated;
       const std::size_t want = doc.answer.size() + 1;
       while (true) {
@@ -138,7 +140,11 @@ int eval_passkey_main(int argc, char** argv) {
         if (is_eos(next)) break;
         generated.push_back(next);
         if (generated.size() == want) break;
-        fwd.forward(std::span(&generated.back(), 1), *cache, logits);
+        session->step(generated.back(), logits);
+      }
+      if (const auto* st = eval_session_stats(*session)) {
+        if (!spec[mi]) spec[mi].emplace();
+        spec[mi]->merge(*st);
       }
       const std::string text = m.tok.decode(generated);
       const bool ok = passkey_correct(text, doc.key);
@@ -189,11 +195,14 @@ int eval_passkey_main(int argc, char** argv) {
                             {"samples", mode_total},
                             {"accuracy", double(mode_correct) / double(mode_total)},
                             {"cells", std::move(cell_json)}});
+    if (spec[mi]) mode_results.back().as_object()["specache"] = specache_json(*spec[mi]);
     panels.push_back(std::move(panel));
   }
   std::cout << "passkey retrieval: " << samples << " document(s) per cell, " << digits << "-digit keys, seed "
             << seed << "\n";
   print_table(std::cout, header, rows);
+  for (std::size_t mi = 0; mi < modes.size(); ++mi)
+    if (spec[mi]) std::cout << specache_line(modes[mi].label(), *spec[mi]) << "\n";
 
   if (vm.count("plot"))
     write_text_file(plot, render_heatmap_svg(panels, "passkey retrieval accuracy (" + m.dir.filename().string() +

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <iostream>
+#include <optional>
 
 #include "apps/eval_commands.hpp"
 #include "apps/eval_common.hpp"
@@ -45,7 +46,7 @@ int eval_ppl_main(int argc, char** argv) {
 
   const model m = model::load(resolve_model_dir(common.model));
   const auto shape = eval_window_of(m.config, m.tok, context, tokens);
-  for (const auto& mode : modes) make_eval_cache(mode, m.config, 1);  // unknown modes fail before any work
+  for (const auto& mode : modes) check_eval_mode(mode);  // unknown modes fail before any work
   const std::vector<std::int32_t>& bos = shape.bos;
   const std::int64_t window = shape.text_tokens;
   const std::int64_t positions = context + tokens;
@@ -67,10 +68,12 @@ int eval_ppl_main(int argc, char** argv) {
 
   boost::json::array mode_results;
   std::vector<std::vector<std::string>> rows;
+  std::vector<std::string> footers;
   std::vector<std::int32_t> seq;
   for (const auto& mode : modes) {
     const auto t0 = std::chrono::steady_clock::now();
     perplexity_accumulator all;
+    std::optional<specache_stats> spec;
     boost::json::array per_text;
     for (std::size_t ti = 0; ti < texts.size(); ++ti) {
       text_score score;
@@ -81,12 +84,16 @@ int eval_ppl_main(int argc, char** argv) {
         const std::span<const std::int32_t> all_ids(seq);
         const auto prefill = all_ids.first(std::size_t(context));
         const auto targets = all_ids.subspan(std::size_t(context));
-        auto cache = make_eval_cache(mode, m.config, positions, &fwd.pool());
-        teacher_forced(fwd, *cache, prefill, targets,
+        auto session = make_eval_session(mode, fwd, positions, common.topk);
+        teacher_forced(*session, m.config.vocab_size, prefill, targets,
                        [&](std::size_t i, std::span<const float> logits) {
                          score.acc.add(token_nll(logits, targets[i]));
                        },
                        progress.get());
+        if (const auto* st = eval_session_stats(*session)) {
+          if (!spec) spec.emplace();
+          spec->merge(*st);
+        }
         ++score.windows;
       }
       all.merge(score.acc);
@@ -106,6 +113,10 @@ int eval_ppl_main(int argc, char** argv) {
                             {"perplexity", all.perplexity()},
                             {"seconds", secs},
                             {"texts", std::move(per_text)}});
+    if (spec) {
+      mode_results.back().as_object()["specache"] = specache_json(*spec);
+      footers.push_back(specache_line(mode.label(), *spec));
+    }
     rows.push_back({mode.label(), std::to_string(all.count()), format_fixed(all.mean_nll(), 4),
                     format_fixed(all.perplexity(), 3), format_fixed(secs, 1)});
   }
@@ -114,6 +125,7 @@ int eval_ppl_main(int argc, char** argv) {
   std::cout << "perplexity: " << texts.size() << " text(s) x " << windows << " window(s), context " << context
             << ", " << tokens << " scored tokens each\n";
   print_table(std::cout, {"mode", "tokens", "mean_nll", "perplexity", "seconds"}, rows);
+  for (const auto& f : footers) std::cout << f << "\n";
 
   if (vm.count("json")) {
     boost::json::array files;

@@ -11,6 +11,7 @@
 #include "actors/cpu_step_compute.hpp"
 #include "actors/model_sampling.hpp"
 #include "actors/pipeline.hpp"
+#include "actors/specache_step_compute.hpp"
 #include "model/generator.hpp"
 #include "model/kv_mode.hpp"
 #include "model/model.hpp"
@@ -28,13 +29,13 @@ std::string read_file(const std::string& path) {
 
 int generate_main(int argc, char** argv) {
   po::options_description desc("specpipe generate flags");
-  std::string model_flag, prompt, prompt_file, device = "cpu", trace_file, kv = "full";
+  std::string model_flag, prompt, prompt_file, device = "cpu", trace_file, kv = "full", prefetch = "speculative";
   std::vector<std::string> stop;
   int max_tokens = 64, threads = 0, top_k = 0;
   float temperature = 0.8f, top_p = 1.0f;
   unsigned long long seed = 0;
   long long context = 0, group = 0, residual = 0;
-  int kv_bits = 0;
+  int kv_bits = 0, topk = 64;
   desc.add_options()
     ("help,h", "show this help")
     ("model,m", po::value(&model_flag), "Hugging Face checkpoint directory (default: the embedded model)")
@@ -51,8 +52,13 @@ int generate_main(int argc, char** argv) {
     ("context", po::value(&context)->default_value(0), "context length in tokens (default: the model's)")
     ("device", po::value(&device)->default_value("cpu"), "cpu or cuda")
     ("threads", po::value(&threads)->default_value(0), "CPU threads; 0 = all cores")
-    ("kv", po::value(&kv)->default_value("full"), "KV cache (CPU): full, kivi, specache (1-bit quartile levels) or hier")
-    ("kv-bits", po::value(&kv_bits)->default_value(0), "kivi: 1, 2 or 4 (default 2); hier: 4 (INT4) or 8 (INT8, default)")
+    ("kv", po::value(&kv)->default_value("full"), "KV cache (CPU): full, kivi, specache or hier")
+    ("kv-bits", po::value(&kv_bits)->default_value(0),
+     "kivi: 1, 2 or 4 (default 2); specache: 1 or 2 (default 1); hier: 4 (INT4) or 8 (INT8, default)")
+    ("topk", po::value(&topk)->default_value(64), "specache: 16-bit rows fetched per layer and KV head")
+    ("prefetch", po::value(&prefetch)->default_value("speculative"),
+     "specache: speculative (the speculative token's attention picks the next step's rows) or output (the real "
+     "query's, fetched within the step: the paper's ablation)")
     ("group", po::value(&group)->default_value(0), "tokens per quantization group (kivi/specache 64, hier 128)")
     ("residual", po::value(&residual)->default_value(0), "kivi/specache full-precision window in tokens (default 64)")
     ("trace", po::value(&trace_file), "write a Chrome trace of the run (open in ui.perfetto.dev)");
@@ -75,6 +81,7 @@ int generate_main(int argc, char** argv) {
   kv_mode kv_choice;
   try {
     kv_choice = parse_kv_mode(kv, kv_bits, group, residual);
+    set_specache_flags(kv_choice, topk, prefetch);
   } catch (const std::invalid_argument& e) {
     throw usage_error(e.what());
   }
@@ -127,15 +134,23 @@ int generate_main(int argc, char** argv) {
   popts.eos_ids = eos;
   popts.detokenize = model_detokenizer(m.tok);
   popts.make_picker = model_picker_factory();
-  cpu_step_options copts{needed, threads, {}};
-  if (kv_choice.format != kv_format::full) copts.make_cache = kv_cache_factory(kv_choice);
-  pipeline pipe(runtime.system(), {make_cpu_step_compute(m.config, m.weights, copts)}, popts);
+  popts.topk = kv_choice.topk;
+  std::shared_ptr<step_compute> compute;
+  if (kv_choice.speculative()) {
+    compute = make_specache_step_compute(m.config, m.weights, {needed, threads, specache_config_of(kv_choice)});
+  } else {
+    cpu_step_options copts{needed, threads, {}};
+    if (kv_choice.format != kv_format::full) copts.make_cache = kv_cache_factory(kv_choice);
+    compute = make_cpu_step_compute(m.config, m.weights, copts);
+  }
+  pipeline pipe(runtime.system(), {compute}, popts);
 
   std::cout << prompt << std::flush;
   const auto res = pipe.generate(1, req, [](std::string_view d) { std::cout << d << std::flush; });
   std::cout << "\n";
 
   print_timing_line(res, dir.filename().string(), device, kv_choice.describe());
+  if (kv_choice.speculative()) print_specache_line(pipe.stats().spec);
   if (popts.trace) std::fprintf(stderr, "[trace: %llu events -> %s]\n",
                                 static_cast<unsigned long long>(pipe.flush_trace()), trace_file.c_str());
   return 0;

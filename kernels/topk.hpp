@@ -1,8 +1,9 @@
 #pragma once
 // SpeCache's top-k choice (DESIGN.md): per KV head, the k positions with the
 // largest softmax probability averaged over the query heads of its GQA group,
-// excluding one position (the speculative query's own). Ties go to the lower
-// position, so the choice is deterministic and backend-independent.
+// excluding one position (the speculative query's own). The group's sum ranks
+// (the mean's order, without rounding a division into ties). Ties go to the
+// lower position, so the choice is deterministic and backend-independent.
 #include <cstdint>
 
 namespace specpipe::kernels::cpu {

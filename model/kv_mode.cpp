@@ -14,7 +14,8 @@ std::string kv_mode::describe() const {
     case kv_format::kivi:
       return "kivi " + std::to_string(bits) + "-bit G=" + std::to_string(group) + " R=" + std::to_string(residual);
     case kv_format::specache:
-      return "specache 1-bit G=" + std::to_string(group) + " R=" + std::to_string(residual);
+      return "specache " + std::to_string(bits) + "-bit G=" + std::to_string(group) + " R=" + std::to_string(residual) +
+             " k=" + std::to_string(topk) + (prefetch == specache_prefetch::output ? " prefetch=output" : "");
     case kv_format::hier: return "hier INT" + std::to_string(bits) + " G=" + std::to_string(group);
   }
   return "?";
@@ -22,7 +23,9 @@ std::string kv_mode::describe() const {
 
 kv_layout kv_mode::layout(const model_config& c) const {
   const int plane_bits = format == kv_format::hier ? 4 : bits;
-  return kv_layout::make(format, plane_bits, c.head_dim, group, c.num_key_value_heads, c.num_hidden_layers);
+  // SpeCache's 2-bit copy is plain KIVI 2-bit; its 1-bit one has its own levels.
+  const kv_format f = format == kv_format::specache && bits == 2 ? kv_format::kivi : format;
+  return kv_layout::make(f, plane_bits, c.head_dim, group, c.num_key_value_heads, c.num_hidden_layers);
 }
 
 std::int64_t kv_mode::flush_at() const { return format == kv_format::hier ? 2 * group : residual + group; }
@@ -46,8 +49,9 @@ kv_mode parse_kv_mode(std::string_view kind, int bits, std::int64_t group, std::
   } else if (k == "specache") {
     m.format = kv_format::specache;
     m.bits = bits ? bits : 1;
-    if (m.bits != 1)
-      throw std::invalid_argument("--kv-bits: specache is SpeCache's 1-bit variant, got " + std::to_string(m.bits));
+    if (m.bits != 1 && m.bits != 2)
+      throw std::invalid_argument("--kv-bits: specache keeps a 1-bit (quartile levels) or 2-bit (KIVI) copy, got " +
+                                  std::to_string(m.bits));
   } else if (k == "hier") {
     m.format = kv_format::hier;
     m.bits = bits ? bits : 8;
@@ -76,7 +80,7 @@ std::unique_ptr<cache_policy> make_kv_cache(const kv_mode& mode, const model_con
     case kv_format::specache: {
       kivi_options o;
       o.bits = mode.bits;
-      o.variant = mode.format == kv_format::specache ? kivi_variant::specache : kivi_variant::kivi;
+      o.variant = mode.format == kv_format::specache && mode.bits == 1 ? kivi_variant::specache : kivi_variant::kivi;
       o.group = mode.group;
       o.residual = mode.residual;
       return std::make_unique<kivi_cache>(config, max_tokens, o, pool);
@@ -89,6 +93,33 @@ std::unique_ptr<cache_policy> make_kv_cache(const kv_mode& mode, const model_con
     }
   }
   throw std::invalid_argument("make_kv_cache: unknown format");
+}
+
+void set_specache_flags(kv_mode& mode, int topk, std::string_view prefetch) {
+  const bool given = topk != 64 || prefetch != "speculative";
+  if (mode.format != kv_format::specache) {
+    if (given) throw std::invalid_argument("--topk/--prefetch: only --kv specache fetches rows");
+    return;
+  }
+  if (topk < 1) throw std::invalid_argument("--topk: must be >= 1, got " + std::to_string(topk));
+  mode.topk = topk;
+  if (prefetch == "speculative")
+    mode.prefetch = specache_prefetch::speculative;
+  else if (prefetch == "output")
+    mode.prefetch = specache_prefetch::output;
+  else
+    throw std::invalid_argument("--prefetch: '" + std::string(prefetch) + "' is not one of speculative, output");
+}
+
+specache_config specache_config_of(const kv_mode& mode) {
+  if (mode.format != kv_format::specache) throw std::invalid_argument("specache_config_of: not a specache mode");
+  specache_config c;
+  c.cache.bits = mode.bits;
+  c.cache.group = mode.group;
+  c.cache.residual = mode.residual;
+  c.topk = mode.topk;
+  c.prefetch = mode.prefetch;
+  return c;
 }
 
 cache_factory kv_cache_factory(const kv_mode& mode) {

@@ -16,7 +16,6 @@ void topk_gqa(const topk_args& a) {
   if (!a.positions || !a.count || (a.len > 0 && (!a.probs || !a.scratch_scores || !a.scratch_index)))
     throw std::invalid_argument("topk_gqa: probs, outputs and scratch must be given");
   const std::int64_t group = a.n_heads / a.n_kv_heads;
-  const float inv = 1.0f / float(group);
   for (std::int64_t g = 0; g < a.n_kv_heads; ++g) {
     float* avg = a.scratch_scores;
     std::int64_t* idx = a.scratch_index;
@@ -24,7 +23,9 @@ void topk_gqa(const topk_args& a) {
     for (std::int64_t j = 0; j < a.len; ++j) {
       float s = 0;
       for (std::int64_t h = g * group; h < (g + 1) * group; ++h) s += a.probs[h * a.probs_stride + j];
-      avg[j] = s * inv;
+      // Ranked by the sum: the mean's order, without a division whose
+      // rounding would tie distinct denormal probabilities.
+      avg[j] = s;
       if (j != a.exclude) idx[m++] = j;
     }
     const std::int64_t k = std::min(a.k, m);

@@ -154,7 +154,7 @@ TEST(TopkPositions, AveragesTheGroupAndExcludesTheQuery) {
   EXPECT_THROW(topk_positions(s, 3, 5, 0, 1), std::invalid_argument);
 }
 
-TEST(TopkPlanner, PlansEveryStreamAndCountsHits) {
+TEST(TopkPlanner, PlansEveryStreamNumberedFromTheFirstLayer) {
   topk_planner p(2);
   spec_scores s;
   s.seq = 5;
@@ -165,17 +165,17 @@ TEST(TopkPlanner, PlansEveryStreamAndCountsHits) {
   s.query_position = 3;
   s.probs = {0.1f, 0.2f, 0.3f, 0.4f,   // layer 0 -> {1, 2}
              0.4f, 0.3f, 0.2f, 0.1f};  // layer 1 -> {0, 1}
-  const auto sel = p.plan(s);
+  auto sel = p.plan(s);
   ASSERT_EQ(sel.size(), 2u);
+  EXPECT_EQ(sel[0].layer, 0);
   EXPECT_EQ(sel[0].positions, (std::vector<std::int64_t>{1, 2}));
+  EXPECT_EQ(sel[1].layer, 1);
   EXPECT_EQ(sel[1].positions, (std::vector<std::int64_t>{0, 1}));
-  const std::vector<topk_selection> needed{{0, 0, {2, 3}}, {1, 0, {0, 1}}};
-  const auto step = p.record_needed(5, needed);
-  EXPECT_EQ(step.needed, 4);
-  EXPECT_EQ(step.hits, 3);
-  EXPECT_DOUBLE_EQ(p.totals().hit_rate(), 0.75);
-  p.forget(5);
-  EXPECT_EQ(p.record_needed(5, needed).hits, 0);
+  // One layer's scores, as a worker sends them mid-step.
+  s.layer0 = 3;
+  sel = p.plan(s);
+  EXPECT_EQ(sel[0].layer, 3);
+  EXPECT_EQ(sel[1].layer, 4);
   s.probs.pop_back();
   EXPECT_THROW(p.plan(s), std::invalid_argument);
 }

@@ -3,7 +3,8 @@
 // tiny and predictable. Token t is always followed by (t + 1) % vocab; every
 // K|V row's bytes encode (sequence, layer, head, position), so a test can
 // check that fetched rows are the right ones and were complete when read.
-// Knobs: a delay per run, a failure after N runs, speculative scores, rows
+// Knobs: a delay per run, a failure after N runs, speculative scores (sent
+// to the planner a layer at a time, the next step's rows collected), rows
 // the store refuses.
 #include <atomic>
 #include <chrono>
@@ -14,6 +15,7 @@
 #include <unordered_map>
 
 #include "actors/step_compute.hpp"
+#include "actors/trace_event.hpp"
 
 namespace specpipe::testing {
 
@@ -31,6 +33,7 @@ struct fake_counters {
   std::atomic<int> fetched_steps{0};
   std::atomic<int> fetched_not_ready{0};   // read before the transfer completed
   std::atomic<int> fetched_wrong_rows{0};  // rows that are not the ones asked for
+  std::atomic<int> fetched_missing{0};     // decode steps without a ticket per layer
 };
 
 class fake_compute final : public step_compute {
@@ -67,7 +70,9 @@ class fake_compute final : public step_compute {
     }
     if (opts_.fail_after_runs >= 0 && n >= opts_.fail_after_runs) throw std::runtime_error("injected device fault");
     if (opts_.delay.count() > 0) std::this_thread::sleep_for(opts_.delay);
-    if (e.fetched) check_fetched(*e.fetched);
+    for (const auto& f : e.fetched) check_fetched(*f);
+    if (opts_.scores && e.phase == seq_phase::decode && e.fetched.size() != std::size_t(fake_layers))
+      counters_->fetched_missing++;
     std::int64_t& len = lengths_[e.seq];
     if (e.phase == seq_phase::prefill) len = 0;
     if (len != e.pos0) throw std::runtime_error("fake: step at " + std::to_string(e.pos0) + ", cache at " + std::to_string(len));
@@ -92,19 +97,26 @@ class fake_compute final : public step_compute {
     out.logits.assign(fake_vocab, 0.0f);
     out.logits[std::size_t((e.tokens.back() + 1) % fake_vocab)] = 1.0f;
     if (opts_.scores) {
-      auto s = std::make_shared<spec_scores>();
-      s->seq = e.seq;
-      s->n_layers = fake_layers;
-      s->n_kv_heads = fake_heads;
-      s->group = 2;
-      s->n_positions = len;
-      s->query_position = len - 1;
-      s->probs.resize(std::size_t(fake_layers * fake_heads * 2 * len));
-      for (std::size_t i = 0; i < s->probs.size(); ++i) s->probs[i] = float(i % std::size_t(len)) / float(len);
-      out.scores = s;
+      // One layer at a time, as a real compute sends them while it runs.
+      for (int l = 0; l < fake_layers; ++l) {
+        auto s = std::make_shared<spec_scores>();
+        s->seq = e.seq;
+        s->layer0 = l;
+        s->n_layers = 1;
+        s->n_kv_heads = fake_heads;
+        s->group = 2;
+        s->n_positions = len;
+        s->query_position = len;
+        s->probs.resize(std::size_t(fake_heads * 2 * len));
+        for (std::size_t i = 0; i < s->probs.size(); ++i) s->probs[i] = float(i % std::size_t(len)) / float(len);
+        link_.prefetch(s);
+      }
+      out.plan_position = len;
+      out.plan_layers = fake_layers;
     }
   }
 
+  void attach(speculation_link link) override { link_ = std::move(link); }
   void release(seq_id seq) override { lengths_.erase(seq); }
   std::int64_t sequences() const override { return std::int64_t(lengths_.size()); }
   std::int64_t cache_bytes() const override {
@@ -114,9 +126,12 @@ class fake_compute final : public step_compute {
   }
 
  private:
+  // As a real compute does: wait for the layer's rows, then read them.
   void check_fetched(const fetched_rows& f) {
     counters_->fetched_steps++;
-    if (!f.done->ready()) counters_->fetched_not_ready++;
+    const double t0 = trace_now_us();
+    if (!f.done->wait().empty() || !f.done->ready()) counters_->fetched_not_ready++;
+    if (link_.consumed) link_.consumed(f, t0, trace_now_us());
     std::int64_t i = 0;
     for (const auto& sel : f.selections)
       for (const std::int64_t p : sel.positions) {
@@ -133,6 +148,7 @@ class fake_compute final : public step_compute {
   std::shared_ptr<fake_counters> counters_;
   std::unordered_map<seq_id, std::int64_t> lengths_;
   int runs_ = 0;
+  speculation_link link_;
 };
 
 }  // namespace specpipe::testing

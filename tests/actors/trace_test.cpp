@@ -71,6 +71,19 @@ TEST(TraceSummary, BusyTimeOverlapAndPercentiles) {
   EXPECT_NE(table.str().find("overlap 66.7%"), std::string::npos) << table.str();
 }
 
+TEST(TraceSummary, ATransferTheWorkerWaitsForIsNotHidden) {
+  trace_buffer b;
+  // One 100 us step that waits 40 us (t = 30..70) for a gather of t = 20..70:
+  // only 20..30 of the gather ran while the worker computed.
+  b.add(span("worker 0", "decode", trace_cat::compute, 0, 100));
+  b.add(span("worker 0", "wait rows", trace_cat::control, 30, 40));
+  b.add(span("transfer", "gather", trace_cat::transfer, 20, 50));
+  const auto s = summarize(roundtrip(b));
+  EXPECT_DOUBLE_EQ(s.transfer_us, 50);
+  EXPECT_DOUBLE_EQ(s.hidden_transfer_us, 10);
+  EXPECT_DOUBLE_EQ(s.overlap_pct, 20);
+}
+
 TEST(TraceBuffer, WritesMetadataFlowsAndCounters) {
   trace_buffer b;
   b.add(span("scheduler", "step", trace_cat::control, 1, 2));

@@ -32,8 +32,25 @@ TEST(KvCli, BadKvFlagsAreUsageErrors) {
   const auto r = run_specpipe("generate --prompt x --kv hier --kv-bits 2");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("--kv-bits: hier reads 4"), std::string::npos) << r.err;
-  const auto s = run_specpipe("generate --prompt x --kv specache --kv-bits 2");
-  EXPECT_EQ(s.exit_code, 2);
+  for (const char* bad : {"--kv specache --kv-bits 4", "--kv specache --topk 0", "--kv specache --prefetch eager",
+                          "--kv kivi --topk 8"}) {
+    const auto s = run_specpipe(std::string("generate --prompt x ") + bad);
+    EXPECT_EQ(s.exit_code, 2) << bad << ": " << s.err;
+  }
+  EXPECT_NE(run_specpipe("generate --prompt x --kv specache --prefetch eager").err.find("--prefetch: 'eager'"),
+            std::string::npos);
+}
+
+TEST(KvCli, SpeCacheGeneratesThroughThePipelineInBothPrefetchModes) {
+  for (const char* mode : {"speculative", "output"}) {
+    const auto r = run_specpipe(std::string("generate --prompt \"It was a dark and stormy night\" -n 24 "
+                                            "--temperature 0 --kv specache --group 16 --residual 16 --topk 8 "
+                                            "--prefetch ") + mode);
+    ASSERT_EQ(r.exit_code, 0) << mode << ": " << r.err;
+    EXPECT_NE(r.err.find("kv specache 1-bit G=16 R=16 k=8"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("[specache: 23 steps | top-k hit rate"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("decode 24 tokens"), std::string::npos) << r.err;
+  }
 }
 
 TEST(KvCli, MemoryOnlyBenchReportsSpeCacheAtAboutATenthOfFp16) {

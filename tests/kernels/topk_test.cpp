@@ -23,7 +23,7 @@ std::vector<std::int64_t> brute(const std::vector<float>& probs, std::int64_t st
     if (j == exclude) continue;
     float sum = 0;
     for (std::int64_t h = g * group; h < (g + 1) * group; ++h) sum += probs[std::size_t(h * stride + j)];
-    s.push_back({-double(sum / float(group)), j});
+    s.push_back({-double(sum), j});
   }
   std::sort(s.begin(), s.end());
   std::vector<std::int64_t> out;

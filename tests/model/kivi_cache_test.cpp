@@ -106,7 +106,15 @@ TEST(KvMode, ParsesDefaultsAndRejectsBadFlags) {
   EXPECT_EQ(m.residual, 64);
   m = parse_kv_mode("specache", 0, 0, 0);
   EXPECT_EQ(m.bits, 1);
-  EXPECT_EQ(m.describe(), "specache 1-bit G=64 R=64");
+  EXPECT_EQ(m.describe(), "specache 1-bit G=64 R=64 k=64");
+  EXPECT_TRUE(m.speculative());
+  set_specache_flags(m, 16, "output");
+  EXPECT_EQ(m.describe(), "specache 1-bit G=64 R=64 k=16 prefetch=output");
+  EXPECT_THROW(set_specache_flags(m, 0, "speculative"), std::invalid_argument);
+  EXPECT_THROW(set_specache_flags(m, 64, "eager"), std::invalid_argument);
+  auto kivi = parse_kv_mode("kivi", 0, 0, 0);
+  EXPECT_THROW(set_specache_flags(kivi, 32, "speculative"), std::invalid_argument);
+  EXPECT_EQ(parse_kv_mode("specache", 2, 0, 0).layout(test::small_shape()).format, kv_format::kivi);
   m = parse_kv_mode("hier", 4, 0, 0);
   EXPECT_EQ(m.group, 128);
   EXPECT_EQ(m.flush_at(), 256);
@@ -114,7 +122,7 @@ TEST(KvMode, ParsesDefaultsAndRejectsBadFlags) {
   EXPECT_EQ(m.flush_at(), 160);
   EXPECT_EQ(parse_kv_mode("full", 0, 0, 0).format, kv_format::full);
   EXPECT_THROW(parse_kv_mode("kivi", 3, 0, 0), std::invalid_argument);
-  EXPECT_THROW(parse_kv_mode("specache", 2, 0, 0), std::invalid_argument);
+  EXPECT_THROW(parse_kv_mode("specache", 4, 0, 0), std::invalid_argument);
   EXPECT_THROW(parse_kv_mode("hier", 2, 0, 0), std::invalid_argument);
   EXPECT_THROW(parse_kv_mode("hier", 8, 0, 64), std::invalid_argument);
   EXPECT_THROW(parse_kv_mode("kivi", 2, 20, 0), std::invalid_argument);
