@@ -264,8 +264,11 @@ void int4_linear(const int4_linear_args& in_args, thread_pool* pool) {
   if (a.x_stride < a.w.in || a.y_stride < a.w.out)
     throw std::invalid_argument("int4_linear: a row stride is shorter than its row");
   if (a.n == 0) return;
-  // Grows to the largest call and stays: decode steps allocate nothing.
-  thread_local prepared_x p;
+  // Grows to the largest call and stays: decode steps allocate nothing. The
+  // pool's threads must read the caller's copy, so they get it by reference
+  // (a lambda naming a thread_local would see its own thread's instance).
+  thread_local prepared_x caller_x;
+  prepared_x& p = caller_x;
   prepare(a, p);
   const std::int64_t min_rows = std::max<std::int64_t>(1, 32768 / a.w.in);
   auto body = [&](std::int64_t r0, std::int64_t r1) {

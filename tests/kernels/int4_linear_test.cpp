@@ -169,7 +169,8 @@ INSTANTIATE_TEST_SUITE_P(
     shapes, int4_shapes,
     ::testing::Values(shape{dtype::bf16, 48, 512, 128}, shape{dtype::f32, 7, 300, 128},  // a short last group
                       shape{dtype::f16, 5, 77, 32},                                      // odd in
-                      shape{dtype::bf16, 9, 1408, 128}, shape{dtype::f32, 3, 10, 2}));
+                      shape{dtype::bf16, 9, 1408, 128}, shape{dtype::f32, 3, 10, 2},
+                      shape{dtype::bf16, 700, 256, 128}));  // rows enough for several threads
 
 TEST(int4_linear, a_token_in_a_batch_is_bitwise_the_token_alone) {
   std::mt19937_64 rng(test::default_seed);
@@ -192,6 +193,29 @@ TEST(int4_linear, a_token_in_a_batch_is_bitwise_the_token_alone) {
     a.n = 1;
     int4_linear(a, &pool);
     for (std::int64_t o = 0; o < out; ++o) ASSERT_EQ(one[std::size_t(o)], batch[std::size_t(t * out + o)]) << t;
+  }
+}
+
+TEST(int4_linear, threads_compute_what_one_thread_computes) {
+  // Enough rows that every thread of the pool takes chunks of them: each must
+  // read the caller's prepared input, not its own.
+  std::mt19937_64 rng(test::default_seed + 3);
+  const std::int64_t out = 2000, in = 128;
+  const auto w = make_weights(rng, std::size_t(out * in), dtype::bf16);
+  const int4_weights q = quantize_int4(w.data(), dtype::bf16, out, in, 0, 128);
+  for (const std::int64_t n : {1, 5}) {
+    const auto x = test::random_floats(rng, std::size_t(n * in));
+    std::vector<float> alone(static_cast<std::size_t>(n * out)), pooled(alone.size());
+    int4_linear_args a;
+    a.x = x.data();
+    a.w = q.view();
+    a.n = n;
+    a.y = alone.data();
+    int4_linear(a);
+    thread_pool pool(4);
+    a.y = pooled.data();
+    int4_linear(a, &pool);
+    EXPECT_EQ(pooled, alone) << "n " << n;
   }
 }
 
