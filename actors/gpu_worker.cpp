@@ -65,7 +65,10 @@ gpu_worker_actor::behavior_type gpu_worker_behavior(gpu_worker_actor::stateful_p
             out.logits.swap(st.logits);
             try {
               st.compute->run(e, out);
-              if (e.pick) {
+              if (!out.tokens.empty()) {
+                out.token = out.tokens.back();  // the compute decided its tokens itself
+                st.picked[e.seq] = out.token;
+              } else if (e.pick) {
                 out.token = (*e.pick)(out.logits);
                 st.picked[e.seq] = out.token;
               }
@@ -82,6 +85,7 @@ gpu_worker_actor::behavior_type gpu_worker_behavior(gpu_worker_actor::stateful_p
             st.trace.span(st.track, name, trace_cat::compute, t1, t2,
                           {{"seq", double(e.seq)}, {"tokens", double(e.tokens.size())}});
             if (e.fetched) st.trace.flow(trace_phase::flow_end, st.track, "topk", e.fetched->flow, t1 + (t2 - t1) / 2);
+            for (auto& sp : out.spans) st.trace.span(st.track, sp.name, trace_cat::compute, sp.t0_us, sp.t1_us, std::move(sp.args));
           }
           res.outputs.push_back(std::move(out));
         }

@@ -9,6 +9,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "actors/batch_former.hpp"
@@ -16,6 +17,8 @@
 #include "actors/topk_planner.hpp"
 #include "actors/transfer_event.hpp"
 #include "memory/allocator.hpp"
+#include "model/sampler.hpp"
+#include "model/spec_stats.hpp"
 
 namespace specpipe {
 
@@ -106,7 +109,10 @@ using token_picker = std::function<std::int32_t(std::span<const float> logits)>;
 // before reading). `pick` chooses the entry's next token. With
 // `sampled_token` the entry's one token is the one this worker picked for the
 // sequence in its previous step (tokens is empty): the scheduler queues the
-// step before that token reaches it.
+// step before that token reaches it. `sampling` is the sequence's parameters,
+// for computes that pick their tokens themselves (speculative decoding needs
+// the distributions, not one draw); they keep one seeded generator per
+// sequence, so a seed still gives one output.
 struct step_entry {
   seq_id seq = 0;
   seq_phase phase = seq_phase::decode;
@@ -115,6 +121,7 @@ struct step_entry {
   std::shared_ptr<const fetched_rows> fetched;
   std::shared_ptr<token_picker> pick;
   bool sampled_token = false;
+  sampling_params sampling;
 };
 
 struct step_request {
@@ -126,10 +133,17 @@ struct step_request {
 // (the others of the step may have succeeded). `scores`: speculative
 // attention for the planner; `needed`: the rows the real query used (hit
 // statistics). Both empty for the full-precision cache.
+//
+// A compute that decodes several tokens per step (QuantSpec: the kept drafts
+// and the target's correction or bonus token) fills `tokens` itself and the
+// worker picks nothing; the scheduler takes them in order and may drop the
+// tail (EOS, a stop string, max_tokens). Their rows then hold one position
+// per token taken before the last: rows.n_tokens = input tokens kept.
 struct step_output {
   seq_id seq = 0;
   std::string error;
   std::int32_t token = -1;     // picked by the worker from the last token's logits
+  std::vector<std::int32_t> tokens;  // several tokens decided by the compute; empty: `token` alone
   std::vector<float> logits;  // [vocab] for the entry's last token; empty once picked
   std::shared_ptr<const kv_rows> rows;
   std::shared_ptr<const spec_scores> scores;
@@ -137,6 +151,15 @@ struct step_output {
   std::int64_t cache_length = 0;  // after the step
   double compute_us = 0;          // forward time inside the worker
   double wait_us = 0;             // time waiting on fetched rows
+  spec_decode_stats spec;         // speculative rounds of this step
+  // Phases of the compute worth a trace span of their own (a QuantSpec
+  // round's draft and verify), on the trace clock; the worker emits them.
+  struct phase_span {
+    const char* name = "";
+    double t0_us = 0, t1_us = 0;
+    std::vector<std::pair<std::string, double>> args;
+  };
+  std::vector<phase_span> spans;
 };
 
 struct step_result {
@@ -151,6 +174,16 @@ struct worker_usage {
   std::int64_t sequences = 0;
   std::int64_t cache_bytes = 0;
 };
+
+// The first `n` positions of a step's rows (the scheduler keeps the rows of
+// the tokens it took when it drops a multi-token step's tail).
+inline std::shared_ptr<const kv_rows> kv_rows_prefix(const std::shared_ptr<const kv_rows>& rows, std::int64_t n) {
+  if (!rows || n >= rows->n_tokens) return rows;
+  auto r = std::make_shared<kv_rows>(*rows);
+  r->n_tokens = n < 0 ? 0 : n;
+  r->data.resize(std::size_t(r->n_tokens) * std::size_t(r->n_layers) * std::size_t(r->n_kv_heads) * r->row_bytes);
+  return r;
+}
 
 // ---- scheduler --------------------------------------------------------------
 

@@ -17,6 +17,9 @@ struct compute_shape {
   // The cache mode reads rows the planner prefetches from the speculative
   // scores of the step before: such steps cannot be queued ahead.
   bool speculative = false;
+  // A step may return several tokens (step_output::tokens): such steps
+  // cannot be queued ahead either, as the next one starts after the last.
+  bool multi_token = false;
 };
 
 class step_compute {
