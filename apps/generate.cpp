@@ -7,10 +7,12 @@
 #include "apps/cli_support.hpp"
 #include "apps/commands.hpp"
 #include "apps/generate_cuda.hpp"
+#include "apps/quantspec_cli.hpp"
 #include "actors/actor_runtime.hpp"
 #include "actors/cpu_step_compute.hpp"
 #include "actors/model_sampling.hpp"
 #include "actors/pipeline.hpp"
+#include "actors/quantspec_step_compute.hpp"
 #include "model/generator.hpp"
 #include "model/kv_mode.hpp"
 #include "model/model.hpp"
@@ -28,7 +30,8 @@ std::string read_file(const std::string& path) {
 
 int generate_main(int argc, char** argv) {
   po::options_description desc("specpipe generate flags");
-  std::string model_flag, prompt, prompt_file, device = "cpu", trace_file, kv = "full";
+  std::string model_flag, prompt, prompt_file, device = "cpu", trace_file, kv = "full", gamma = "5";
+  quantspec_flags qs;
   std::vector<std::string> stop;
   int max_tokens = 64, threads = 0, top_k = 0;
   float temperature = 0.8f, top_p = 1.0f;
@@ -51,11 +54,15 @@ int generate_main(int argc, char** argv) {
     ("context", po::value(&context)->default_value(0), "context length in tokens (default: the model's)")
     ("device", po::value(&device)->default_value("cpu"), "cpu or cuda")
     ("threads", po::value(&threads)->default_value(0), "CPU threads; 0 = all cores")
-    ("kv", po::value(&kv)->default_value("full"), "KV cache (CPU): full, kivi, specache (1-bit quartile levels) or hier")
+    ("kv", po::value(&kv)->default_value("full"),
+     "KV cache (CPU): full, kivi, specache (1-bit quartile levels), hier, or quantspec (self-speculative decoding: "
+     "4-bit draft over INT4 KV, 16-bit target over INT8 KV)")
     ("kv-bits", po::value(&kv_bits)->default_value(0), "kivi: 1, 2 or 4 (default 2); hier: 4 (INT4) or 8 (INT8, default)")
-    ("group", po::value(&group)->default_value(0), "tokens per quantization group (kivi/specache 64, hier 128)")
+    ("group", po::value(&group)->default_value(0), "tokens per quantization group (kivi/specache 64, hier/quantspec 128)")
     ("residual", po::value(&residual)->default_value(0), "kivi/specache full-precision window in tokens (default 64)")
+    ("gamma", po::value(&gamma)->default_value("5"), "quantspec: draft tokens per round, or 'auto' to adapt it")
     ("trace", po::value(&trace_file), "write a Chrome trace of the run (open in ui.perfetto.dev)");
+  add_draft_flags(desc, qs);
   po::variables_map vm;
   if (!parse_flags(argc, argv, desc, vm, "usage: specpipe generate [--model DIR] --prompt TEXT [flags]"))
     return 0;
@@ -72,11 +79,28 @@ int generate_main(int argc, char** argv) {
   if (vm.count("prompt-file")) prompt = read_file(prompt_file);
   else if (!vm.count("prompt")) throw usage_error("--prompt (or --prompt-file) is required");
 
+  const bool quantspec = kv == "quantspec";
+  if (!quantspec && (!vm["gamma"].defaulted() || !vm["weight-group"].defaulted() || qs.quantize_lm_head))
+    throw usage_error("--gamma, --weight-group and --draft-lm-head apply to --kv quantspec only");
   kv_mode kv_choice;
-  try {
-    kv_choice = parse_kv_mode(kv, kv_bits, group, residual);
-  } catch (const std::invalid_argument& e) {
-    throw usage_error(e.what());
+  quantspec_step_options qs_opts;
+  if (quantspec) {
+    if (kv_bits || residual)
+      throw usage_error("--kv quantspec: the draft reads INT4 and the target INT8 KV; --kv-bits and --residual "
+                        "do not apply");
+    if (device == "cuda") throw usage_error("--kv quantspec: runs on the CPU backend only so far (use --device cpu)");
+    qs_opts.kv_group = quantspec_group_of(group);
+    qs_opts.gamma = gamma_of(gamma, qs_opts.kv_group);
+    qs_opts.draft = draft_options_of(qs);
+    qs_opts.threads = threads;
+  } else {
+    try {
+      kv_choice = parse_kv_mode(kv, kv_bits, group, residual);
+    } catch (const std::invalid_argument& e) {
+      throw usage_error(std::string(e.what()) + (kv == "kivi" || kv == "full" || kv == "specache" || kv == "hier"
+                                                     ? ""
+                                                     : " (or quantspec)"));
+    }
   }
   if (device == "cuda" && kv_choice.format != kv_format::full)
     throw usage_error("--kv " + kv + ": quantized caches run on the CPU backend only so far (use --device cpu)");
@@ -127,15 +151,30 @@ int generate_main(int argc, char** argv) {
   popts.eos_ids = eos;
   popts.detokenize = model_detokenizer(m.tok);
   popts.make_picker = model_picker_factory();
-  cpu_step_options copts{needed, threads, {}};
-  if (kv_choice.format != kv_format::full) copts.make_cache = kv_cache_factory(kv_choice);
-  pipeline pipe(runtime.system(), {make_cpu_step_compute(m.config, m.weights, copts)}, popts);
+  std::shared_ptr<step_compute> compute;
+  std::string kv_text = kv_choice.describe();
+  if (quantspec) {
+    qs_opts.max_context = needed;
+    compute = make_quantspec_step_compute(m.config, m.weights, qs_opts);
+    kv_text = "quantspec G=" + std::to_string(qs_opts.kv_group) + " gamma " +
+              (qs_opts.gamma.adaptive ? std::string("auto") : std::to_string(qs_opts.gamma.gamma)) +
+              " (draft: 4-bit weights + INT4 KV, target: INT8 KV)";
+  } else {
+    cpu_step_options copts{needed, threads, {}};
+    if (kv_choice.format != kv_format::full) copts.make_cache = kv_cache_factory(kv_choice);
+    compute = make_cpu_step_compute(m.config, m.weights, copts);
+  }
+  pipeline pipe(runtime.system(), {compute}, popts);
 
   std::cout << prompt << std::flush;
   const auto res = pipe.generate(1, req, [](std::string_view d) { std::cout << d << std::flush; });
   std::cout << "\n";
 
-  print_timing_line(res, dir.filename().string(), device, kv_choice.describe());
+  print_timing_line(res, dir.filename().string(), device, kv_text);
+  if (quantspec) {
+    print_spec_line(res.spec);
+    std::fprintf(stderr, "[%s]\n", describe_draft_memory(m.config, qs_opts.draft).c_str());
+  }
   if (popts.trace) std::fprintf(stderr, "[trace: %llu events -> %s]\n",
                                 static_cast<unsigned long long>(pipe.flush_trace()), trace_file.c_str());
   return 0;

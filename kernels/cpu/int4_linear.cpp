@@ -8,13 +8,16 @@
 #include "kernels/cpu/convert.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 namespace specpipe::kernels::cpu {
 
 namespace {
 
-constexpr int lanes = 8;
 constexpr int token_block = 8;
-// The largest group the batched path unpacks on the stack (codes per group).
+// The largest group accepted (columns per scale).
 constexpr std::int64_t max_group = 1024;
 
 // The next f16 towards -inf / +inf of a finite code.
@@ -114,30 +117,55 @@ void prepare(const int4_linear_args& a, prepared_x& p) {
   }
 }
 
-float reduce_lanes(const float* acc) {
-  return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
-}
-
-// sum_j e[j] * lo(b[j]) + o[j] * hi(b[j]) over nb bytes, in lanes of 8.
+// sum_j e[j] * lo(b[j]) + o[j] * hi(b[j]) over a group's nb code bytes: the
+// group's sum(x * q) for one token. Sixteen bytes (32 codes) per step into
+// four 4-lane accumulators, combined as ((a0 + a2) + (a1 + a3)) and then
+// lanes (0 + 2) + (1 + 3); a tail of fewer than 16 bytes is summed apart and
+// added last. With SSE2 (the x86-64 baseline) the nibbles are split and
+// widened to 32-bit lanes by unpacking against zero, which g++ does not
+// find on its own (it widens bytes one by one); elsewhere the same sums in
+// the same order, in scalar code.
+#if defined(__SSE2__)
 inline float group_dot(const std::uint8_t* b, const float* e, const float* o, std::int64_t nb) {
-  float acc[lanes] = {};
+  const __m128i mask = _mm_set1_epi8(15), zero = _mm_setzero_si128();
+  __m128 acc[4] = {_mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps()};
   std::int64_t j = 0;
-  for (; j + lanes <= nb; j += lanes)
-    for (int l = 0; l < lanes; ++l)
-      acc[l] += e[j + l] * float(b[j + l] & 15u) + o[j + l] * float(b[j + l] >> 4);
-  for (int l = 0; j + l < nb; ++l) acc[l] += e[j + l] * float(b[j + l] & 15u) + o[j + l] * float(b[j + l] >> 4);
-  return reduce_lanes(acc);
+  for (; j + 16 <= nb; j += 16) {
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + j));
+    const __m128i lo = _mm_and_si128(c, mask), hi = _mm_and_si128(_mm_srli_epi16(c, 4), mask);
+    const __m128i lo16[2] = {_mm_unpacklo_epi8(lo, zero), _mm_unpackhi_epi8(lo, zero)};
+    const __m128i hi16[2] = {_mm_unpacklo_epi8(hi, zero), _mm_unpackhi_epi8(hi, zero)};
+    for (int q = 0; q < 4; ++q) {
+      const __m128i l32 = q % 2 ? _mm_unpackhi_epi16(lo16[q / 2], zero) : _mm_unpacklo_epi16(lo16[q / 2], zero);
+      const __m128i h32 = q % 2 ? _mm_unpackhi_epi16(hi16[q / 2], zero) : _mm_unpacklo_epi16(hi16[q / 2], zero);
+      const __m128 t = _mm_add_ps(_mm_mul_ps(_mm_loadu_ps(e + j + 4 * q), _mm_cvtepi32_ps(l32)),
+                                  _mm_mul_ps(_mm_loadu_ps(o + j + 4 * q), _mm_cvtepi32_ps(h32)));
+      acc[q] = _mm_add_ps(acc[q], t);
+    }
+  }
+  float tail = 0;
+  for (; j < nb; ++j) tail += e[j] * float(b[j] & 15u) + o[j] * float(b[j] >> 4);
+  alignas(16) float s[4];
+  _mm_store_ps(s, _mm_add_ps(_mm_add_ps(acc[0], acc[2]), _mm_add_ps(acc[1], acc[3])));
+  return ((s[0] + s[2]) + (s[1] + s[3])) + tail;
 }
-
-// The same sums from codes unpacked once and used by several tokens.
-inline float group_dot_unpacked(const float* qlo, const float* qhi, const float* e, const float* o, std::int64_t nb) {
-  float acc[lanes] = {};
+#else
+inline float group_dot(const std::uint8_t* b, const float* e, const float* o, std::int64_t nb) {
+  float acc[4][4] = {};
   std::int64_t j = 0;
-  for (; j + lanes <= nb; j += lanes)
-    for (int l = 0; l < lanes; ++l) acc[l] += e[j + l] * qlo[j + l] + o[j + l] * qhi[j + l];
-  for (int l = 0; j + l < nb; ++l) acc[l] += e[j + l] * qlo[j + l] + o[j + l] * qhi[j + l];
-  return reduce_lanes(acc);
+  for (; j + 16 <= nb; j += 16)
+    for (int q = 0; q < 4; ++q)
+      for (int k = 0; k < 4; ++k) {
+        const std::int64_t i = j + 4 * q + k;
+        acc[q][k] = acc[q][k] + (e[i] * float(b[i] & 15u) + o[i] * float(b[i] >> 4));
+      }
+  float tail = 0;
+  for (; j < nb; ++j) tail += e[j] * float(b[j] & 15u) + o[j] * float(b[j] >> 4);
+  float s[4];
+  for (int k = 0; k < 4; ++k) s[k] = (acc[0][k] + acc[2][k]) + (acc[1][k] + acc[3][k]);
+  return ((s[0] + s[2]) + (s[1] + s[3])) + tail;
 }
+#endif
 
 void rows_single_token(const int4_linear_args& a, const prepared_x& p, std::int64_t r0, std::int64_t r1) {
   const int4_matrix& m = a.w;
@@ -160,7 +188,6 @@ void rows_token_block(const int4_linear_args& a, const prepared_x& p, std::int64
                       std::int64_t t0, int nt) {
   const int4_matrix& m = a.w;
   const std::int64_t gb = m.group / 2;
-  float qlo[max_group / 2], qhi[max_group / 2];
   for (std::int64_t r = r0; r < r1; ++r) {
     const std::uint8_t* codes = m.codes + r * m.code_stride;
     const std::uint16_t* sc = m.scale + r * p.groups;
@@ -168,15 +195,12 @@ void rows_token_block(const int4_linear_args& a, const prepared_x& p, std::int64
     float y[token_block] = {};
     for (std::int64_t g = 0; g < p.groups; ++g) {
       const std::int64_t j0 = g * gb, nb = std::min(p.half, j0 + gb) - j0;
-      for (std::int64_t j = 0; j < nb; ++j) {
-        qlo[j] = float(codes[j0 + j] & 15u);
-        qhi[j] = float(codes[j0 + j] >> 4);
-      }
       const float z = f16_to_f32(zr[g]), s = f16_to_f32(sc[g]);
       for (int t = 0; t < nt; ++t) {
         const std::int64_t tok = t0 + t;
-        const float sq = group_dot_unpacked(qlo, qhi, p.even.data() + tok * p.half + j0,
-                                            p.odd.data() + tok * p.half + j0, nb);
+        // The codes are re-read per token (from L1): the same sums as a token alone.
+        const float sq = group_dot(codes + j0, p.even.data() + tok * p.half + j0,
+                                   p.odd.data() + tok * p.half + j0, nb);
         y[t] += z * p.group_sum[std::size_t(tok * p.groups + g)] + s * sq;
       }
     }
