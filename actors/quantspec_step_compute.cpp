@@ -96,7 +96,13 @@ class quantspec_step_compute final : public step_compute {
                                              &fwd_.pool());
     s.hier = hier.get();
     s.cache = std::make_unique<capturing_cache>(std::move(hier), int(config_.num_hidden_layers), config_.kv_dim());
-    s.decoder = std::make_unique<quantspec_decoder>(fwd_, draft_.set(), *s.cache, *s.hier, sampling, opts_.gamma);
+    // Sampled output depends on the gammas chosen: an adaptive schedule then
+    // uses the estimated cost ratio, not a measured one, so the seed alone
+    // decides the output (model/gamma_controller.hpp).
+    gamma_options gamma = opts_.gamma;
+    if (gamma.adaptive && sampling.temperature > 0 && gamma.fixed_cost_ratio <= 0)
+      gamma.fixed_cost_ratio = draft_cost_estimate(config_, opts_.draft);
+    s.decoder = std::make_unique<quantspec_decoder>(fwd_, draft_.set(), *s.cache, *s.hier, sampling, gamma);
     return s;
   }
 

@@ -75,6 +75,18 @@ std::size_t weight_bytes_16bit(const model_config& c) {
   return 2 * (params + layer * std::size_t(c.num_hidden_layers));
 }
 
+double draft_cost_estimate(const model_config& c, const draft_options& opts) {
+  std::size_t projections = 0;
+  for (const auto& [out, in] : layer_shapes(c)) projections += std::size_t(out * in);
+  projections *= std::size_t(c.num_hidden_layers);
+  const double lm_head = 2.0 * double(c.vocab_size * c.hidden_size);
+  draft_options no_head = opts;
+  no_head.quantize_lm_head = false;
+  const double draft = double(draft_bytes(c, no_head)) +
+                       (opts.quantize_lm_head ? double(kc::int4_bytes(c.vocab_size, c.hidden_size, opts.group)) : lm_head);
+  return draft / (2.0 * double(projections) + lm_head);
+}
+
 std::string describe_draft_memory(const model_config& c, const draft_options& opts) {
   const double extra = double(draft_bytes(c, opts)), base = double(weight_bytes_16bit(c));
   char buf[200];

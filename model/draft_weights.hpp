@@ -49,6 +49,10 @@ class draft_weights {
 std::size_t draft_bytes(const model_config& config, const draft_options& opts);
 // All weights of the shape at 16 bits (embedding, untied lm_head, norms, projections).
 std::size_t weight_bytes_16bit(const model_config& config);
+// The draft step's cost relative to a target step, estimated as the weight
+// bytes each reads (projections and lm_head; the embedding row and the KV
+// cache are left out): what a step costs where decoding is bound by memory.
+double draft_cost_estimate(const model_config& config, const draft_options& opts);
 // "draft: 4-bit g128 projections, +3.46 MiB over 26.6 MiB of 16-bit weights (+13.0%); lm_head shared"
 std::string describe_draft_memory(const model_config& config, const draft_options& opts);
 

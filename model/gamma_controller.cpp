@@ -37,6 +37,9 @@ gamma_controller::gamma_controller(const gamma_options& opts) : opts_(opts), gam
   if (opts.gamma < opts.min_gamma || opts.gamma > opts.max_gamma)
     throw std::invalid_argument("gamma controller: gamma " + std::to_string(opts.gamma) + " outside [" +
                                 std::to_string(opts.min_gamma) + ", " + std::to_string(opts.max_gamma) + "]");
+  if (!(opts.fixed_cost_ratio >= 0))
+    throw std::invalid_argument("gamma controller: fixed_cost_ratio must be >= 0 (0: measured), got " +
+                                std::to_string(opts.fixed_cost_ratio));
   if (!(opts.smoothing >= 0 && opts.smoothing < 1))
     throw std::invalid_argument("gamma controller: smoothing must be in [0, 1), got " +
                                 std::to_string(opts.smoothing));
@@ -49,7 +52,10 @@ void gamma_controller::observe(int drafted, int accepted, double draft_step_seco
   const double keep = opts_.smoothing;
   accepted_ = keep * accepted_ + accepted;
   rejections_ = keep * rejections_ + (accepted < drafted ? 1 : 0);
-  if (verify_seconds > 0 && draft_step_seconds >= 0) {
+  if (opts_.fixed_cost_ratio > 0) {
+    cost_ratio_ = opts_.fixed_cost_ratio;
+    measured_ = true;
+  } else if (verify_seconds > 0 && draft_step_seconds >= 0) {
     const double c = draft_step_seconds / verify_seconds;
     cost_ratio_ = measured_ ? keep * cost_ratio_ + (1 - keep) * c : c;
     measured_ = true;

@@ -16,6 +16,12 @@
 // the same for any gamma, true where a forward is bound by reading weights
 // (a GPU at small batch) and optimistic on the CPU, where it grows with the
 // gamma + 1 tokens it runs (the measured c then rises and gamma falls).
+//
+// A measured c makes the schedule of gammas depend on timing. Greedy output
+// does not depend on it, but sampled output does (how many draws a round
+// takes depends on its gamma), so a run that must be reproducible from its
+// seed fixes c instead (fixed_cost_ratio; model/draft_weights.hpp has an
+// estimate from the bytes each step reads).
 #include <string_view>
 
 namespace specpipe {
@@ -26,6 +32,7 @@ struct gamma_options {
   int min_gamma = 1;
   int max_gamma = 16;
   double smoothing = 0.9;  // weight of the past per observed round
+  double fixed_cost_ratio = 0;  // > 0: use this c instead of measuring it
 };
 
 // "5" -> fixed 5; "auto" -> adaptive starting at 4. Throws

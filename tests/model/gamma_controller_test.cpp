@@ -79,6 +79,18 @@ TEST(GammaController, AcceptanceIsTheGeometricRateOfTheRounds) {
   EXPECT_NEAR(c.acceptance(), 6.0 / 7.0, 1e-6);
 }
 
+TEST(GammaController, AFixedCostRatioIgnoresTheClock) {
+  gamma_options o = parse_gamma("auto");
+  o.fixed_cost_ratio = 0.25;
+  gamma_controller a(o), b(o);
+  for (int i = 0; i < 20; ++i) {
+    a.observe(a.gamma(), a.gamma() - 1, 0.001, 0.01);
+    b.observe(b.gamma(), b.gamma() - 1, 0.5 * (i + 1), 0.001);  // wildly different timings
+    EXPECT_EQ(a.gamma(), b.gamma()) << i;
+  }
+  EXPECT_EQ(a.cost_ratio(), 0.25);
+}
+
 TEST(GammaController, BadOptionsAreNamed) {
   gamma_options o;
   o.gamma = 0;

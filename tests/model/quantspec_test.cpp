@@ -242,6 +242,11 @@ TEST(DraftWeights, PackEveryProjectionAndReportTheirBytes) {
   const std::size_t per_layer = (256 + 64 + 64) * (64 + 4) + 128 * (128 + 8) + 2 * 200 * (64 + 4) + 128 * (112 + 8);
   EXPECT_EQ(shared.bytes(), 2 * per_layer);
   EXPECT_NE(describe_draft_memory(c, {}).find("lm_head shared"), std::string::npos);
+  // Bytes read per step: a shared 16-bit lm_head keeps the draft well above a quarter.
+  const double shared_cost = draft_cost_estimate(c, {}), packed_cost = draft_cost_estimate(c, all);
+  EXPECT_GT(shared_cost, packed_cost);
+  EXPECT_GT(packed_cost, 0.25);  // codes plus scales and zeros, padded rows
+  EXPECT_LT(shared_cost, 1.0);
 }
 
 TEST(DraftWeights, ForwardRejectsAMisshapenSet) {
