@@ -109,5 +109,35 @@ TEST(QuantSpecCli, EvalAcceptWritesATableAndJson) {
   EXPECT_THAT(bad_gamma.err, HasSubstr("listed twice"));
 }
 
+TEST(QuantSpecCli, BenchComparesWithAutoregressiveDecoding) {
+  temp_dir dir;
+  const fs::path json = dir.path() / "bench.json";
+  const auto r = run_specpipe("bench --device cpu --preset tiny --kv full,quantspec --context 64 --repeats 2 "
+                              "--warmup 1 --tokens 12 --acceptance 0.8 --json '" + json.string() + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* kind : {"\nar ", "\ndraft ", "\nverify ", "\nquantspec ", "\ndecode "})
+    EXPECT_THAT(r.out, HasSubstr(kind));
+  EXPECT_THAT(r.out, HasSubstr("at acceptance 80% the measured costs give"));
+  const auto j = boost::json::parse(slurp(json));
+  bool found = false;
+  for (const auto& p : j.at("points").as_array())
+    if (p.at("kind").as_string() == "quantspec") {
+      found = true;
+      EXPECT_GT(p.at("tokens_per_s").to_number<double>(), 0);
+      EXPECT_TRUE(p.as_object().contains("speedup_vs_ar"));
+      EXPECT_TRUE(p.as_object().contains("speedup_at_assumed_acceptance"));
+    }
+  EXPECT_TRUE(found);
+
+  const auto cuda = run_specpipe("bench --device cuda --preset tiny --kv quantspec");
+  EXPECT_EQ(cuda.exit_code, 2);
+  EXPECT_THAT(cuda.err, HasSubstr("runs on the CPU backend"));
+  const auto stray = run_specpipe("bench --device cpu --preset tiny --gamma 4");
+  EXPECT_EQ(stray.exit_code, 2);
+  EXPECT_THAT(stray.err, HasSubstr("apply to --kv quantspec"));
+  const auto kivi = run_specpipe("bench --device cpu --preset tiny --kv kivi");
+  EXPECT_EQ(kivi.exit_code, 2);
+}
+
 }  // namespace
 }  // namespace specpipe::testing
