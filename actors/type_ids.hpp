@@ -85,7 +85,7 @@ typename Inspector::result_type inspect(Inspector& f, generation_request& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, spec_decode_stats& x) {
   return f(caf::meta::type_name("spec_decode_stats"), x.drafts, x.draft_tokens, x.accepted_tokens,
-           x.accepted_per_position, x.draft_seconds, x.verify_seconds);
+           x.rejections, x.accepted_per_position, x.draft_seconds, x.verify_seconds);
 }
 
 template <class Inspector>

@@ -126,6 +126,9 @@ bench_report run_quantspec_bench(const bench_options& o, const quantspec_bench_o
     st.drafts -= warm.drafts;
     st.draft_tokens -= warm.draft_tokens;
     st.accepted_tokens -= warm.accepted_tokens;
+    st.rejections -= warm.rejections;
+    for (std::size_t i = 0; i < warm.accepted_per_position.size(); ++i)
+      st.accepted_per_position[i] -= warm.accepted_per_position[i];
     const double alpha = st.acceptance_rate(), mean_len = st.mean_acceptance_length();
     const double d = median_of(draft_ms), v = median_of(verify_ms);
     const double cost = ar > 0 ? d / ar : 0;
@@ -140,8 +143,16 @@ bench_report run_quantspec_bench(const bench_options& o, const quantspec_bench_o
                    "acceptance " + fixed(100 * alpha, 1) + "%, mean length " + fixed(mean_len, 2) + ", " +
                        fixed(tps / ar_tps, 2) + "x ar",
                    total_ms / double(done), 0, tps};
-    qp.extra = {{"acceptance_rate", alpha},    {"mean_acceptance_length", mean_len}, {"speedup_vs_ar", tps / ar_tps},
-                {"gamma_mean", double(gamma)}, {"draft_ms", d},                      {"verify_ms", v}};
+    qp.extra = {{"acceptance_rate", alpha},
+                {"per_token_acceptance", st.per_token_acceptance()},
+                {"mean_acceptance_length", mean_len},
+                {"speedup_vs_ar", tps / ar_tps},
+                {"gamma_mean", double(gamma)},
+                {"draft_ms", d},
+                {"verify_ms", v}};
+    for (std::size_t i = 0; i < st.accepted_per_position.size(); ++i)
+      qp.extra.emplace_back("kept_at_position_" + std::to_string(i),
+                            st.drafts > 0 ? double(st.accepted_per_position[i]) / double(st.drafts) : 0.0);
     if (q.assume_acceptance > 0 && gamma > 0) {
       // Tokens a round yields at rate A, over the round's measured time in ar steps.
       double expected = 0, term = 1;

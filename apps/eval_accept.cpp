@@ -4,7 +4,8 @@
 // tokens (BOS included), prefilled once by the target; then, for every
 // gamma, QuantSpec decodes --tokens tokens from it (greedily unless
 // --temperature > 0), and the drafts, kept tokens and kept-by-position
-// counts are summed per (context, gamma). The prefix comes from the text;
+// counts are summed per (context, gamma): "rate" is accepted / drafted,
+// "alpha" the per-token rate (model/spec_stats.hpp). The prefix comes from the text;
 // what is drafted and verified is the model's own continuation, as in serving.
 #include <boost/json.hpp>
 
@@ -167,7 +168,8 @@ int eval_accept_main(int argc, char** argv) {
       const double verify_ms = st.drafts > 0 ? 1e3 * st.verify_seconds / double(st.drafts) : 0;
       rows.push_back({std::to_string(context_list[c]), gamma_list[g].label, std::to_string(st.drafts),
                       std::to_string(st.draft_tokens), std::to_string(st.accepted_tokens),
-                      percent(st.acceptance_rate()), format_fixed(st.mean_acceptance_length(), 2),
+                      percent(st.acceptance_rate()), percent(st.per_token_acceptance()),
+                      format_fixed(st.mean_acceptance_length(), 2),
                       format_fixed(draft_ms, 2), format_fixed(verify_ms, 2), by_position});
       results.push_back({{"context", context_list[c]},
                          {"gamma", gamma_list[g].label},
@@ -175,13 +177,15 @@ int eval_accept_main(int argc, char** argv) {
                          {"draft_tokens", st.draft_tokens},
                          {"accepted_tokens", st.accepted_tokens},
                          {"acceptance_rate", st.acceptance_rate()},
+                         {"per_token_acceptance", st.per_token_acceptance()},
+                         {"rejections", st.rejections},
                          {"mean_acceptance_length", st.mean_acceptance_length()},
                          {"kept_by_position", std::move(kept)},
                          {"draft_ms_per_token", draft_ms},
                          {"verify_ms_per_round", verify_ms},
                          {"seconds", seconds[c][g]}});
     }
-  print_table(std::cout, {"context", "gamma", "rounds", "drafted", "accepted", "rate", "mean_len", "draft_ms",
+  print_table(std::cout, {"context", "gamma", "rounds", "drafted", "accepted", "rate", "alpha", "mean_len", "draft_ms",
                           "verify_ms", "kept% by position"},
               rows);
 

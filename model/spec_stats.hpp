@@ -12,6 +12,7 @@ struct spec_decode_stats {
   std::int64_t drafts = 0;           // rounds that proposed at least one token
   std::int64_t draft_tokens = 0;     // tokens proposed
   std::int64_t accepted_tokens = 0;  // proposed tokens the target kept
+  std::int64_t rejections = 0;       // rounds that ended in a rejected draft (the others kept all)
   // [i]: rounds whose draft token at position i (0-based) was kept.
   std::vector<std::int64_t> accepted_per_position;
   double draft_seconds = 0;   // all draft forwards
@@ -19,12 +20,17 @@ struct spec_decode_stats {
 
   void add_round(int drafted, int accepted, double draft_s, double verify_s);
   void merge(const spec_decode_stats& o);
-  // accepted / proposed (0 without drafts).
+  // accepted / proposed (0 without drafts). It falls with gamma even at a
+  // fixed per-token rate, since a rejection ends the round.
   double acceptance_rate() const;
+  // The per-token rate alpha of Leviathan et al.: accepted / (accepted +
+  // rejections), the maximum-likelihood rate of runs cut at gamma; what the
+  // papers' "acceptance rate" compares across gammas.
+  double per_token_acceptance() const;
   // Tokens a round yields on average: kept drafts plus the target's
   // correction or bonus token (the "acceptance length" of the papers).
   double mean_acceptance_length() const;
-  // "drafts 12, draft tokens 60, accepted 51 (85.0%), mean acceptance length 5.25, per position 100% 92% ..."
+  // "drafts 12, draft tokens 60, accepted 51 (85.0%, alpha 89.5%), mean acceptance length 5.25, kept by position 100% 92% ..."
   std::string summary() const;
 };
 
