@@ -85,7 +85,8 @@ gpu_worker_actor::behavior_type gpu_worker_behavior(gpu_worker_actor::stateful_p
             st.trace.span(st.track, name, trace_cat::compute, t1, t2,
                           {{"seq", double(e.seq)}, {"tokens", double(e.tokens.size())}});
             if (e.fetched) st.trace.flow(trace_phase::flow_end, st.track, "topk", e.fetched->flow, t1 + (t2 - t1) / 2);
-            for (auto& sp : out.spans) st.trace.span(st.track, sp.name, trace_cat::compute, sp.t0_us, sp.t1_us, std::move(sp.args));
+            for (auto& sp : out.spans)
+              st.trace.span(st.track, sp.name, trace_cat::compute, sp.t0_us, sp.t1_us, std::move(sp.args));
           }
           res.outputs.push_back(std::move(out));
         }

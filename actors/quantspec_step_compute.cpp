@@ -74,7 +74,9 @@ class quantspec_step_compute final : public step_compute {
         out.spans.push_back({"draft", us(r.draft_begin), us(r.verify_begin),
                              {{"seq", double(e.seq)}, {"gamma", double(r.drafted)}}});
       out.spans.push_back({"verify", us(r.verify_begin), us(r.verify_end),
-                           {{"seq", double(e.seq)}, {"tokens", double(r.drafted + 1)}, {"accepted", double(r.accepted)}}});
+                           {{"seq", double(e.seq)},
+                            {"tokens", double(r.drafted + 1)},
+                            {"accepted", double(r.accepted)}}});
     }
     out.cache_length = s.cache->length(0);
     out.rows = pack_kv_rows(e.seq, *s.cache, int(config_.num_hidden_layers), int(config_.num_key_value_heads),

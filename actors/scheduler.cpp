@@ -305,7 +305,8 @@ void on_step_result(self_ptr self, std::size_t w, double sent_us, step_result& r
     sequence& s = it->second;
     --s.in_step;
     if (s.ended) continue;  // a step queued ahead of an end it could not foresee
-    if (out.error.empty() && out.token < 0 && out.tokens.empty()) out.error = "worker " + std::to_string(w) + " returned no token";
+    if (out.error.empty() && out.token < 0 && out.tokens.empty())
+      out.error = "worker " + std::to_string(w) + " returned no token";
     if (!out.error.empty()) {
       fail(self, s.id, make_pipeline_error(pipeline_errc::worker_failed, out.error));
       continue;

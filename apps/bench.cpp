@@ -159,11 +159,14 @@ int bench_main(int argc, char** argv) {
     ("kv", po::value(&kv_kinds)->default_value("full,kivi,specache,hier"),
      "--memory-only formats: full, kivi, specache, hier; otherwise (CPU) what to decode with: full, quantspec")
     ("kv-bits", po::value(&kv_bits)->default_value(0), "--memory-only: bits for kivi (1/2/4) and hier (4/8)")
-    ("group", po::value(&kv_group)->default_value(0), "--memory-only and quantspec: quantization group G (0: each format's default)")
+    ("group", po::value(&kv_group)->default_value(0),
+     "--memory-only and quantspec: quantization group G (0: each format's default)")
     ("gamma", po::value(&qso.gamma)->default_value("5"), "quantspec: draft tokens per round, or auto")
-    ("weight-group", po::value(&qso.weight_group)->default_value(128), "quantspec: columns per scale of the 4-bit draft weights")
+    ("weight-group", po::value(&qso.weight_group)->default_value(128),
+     "quantspec: columns per scale of the 4-bit draft weights")
     ("draft-lm-head", po::bool_switch(&qso.quantize_lm_head), "quantspec: pack lm_head to 4 bits too")
-    ("tokens", po::value(&qso.tokens)->default_value(64), "quantspec: tokens decoded per measurement (and by the ar baseline)")
+    ("tokens", po::value(&qso.tokens)->default_value(64),
+     "quantspec: tokens decoded per measurement (and by the ar baseline)")
     ("acceptance", po::value(&qso.assume_acceptance)->default_value(0.0),
      "quantspec: also report the speedup the measured costs give at this acceptance rate (0: off)")
     ("residual", po::value(&kv_residual)->default_value(0), "--memory-only: kivi/specache window R (0: 64)")

@@ -58,7 +58,8 @@ int generate_main(int argc, char** argv) {
      "KV cache (CPU): full, kivi, specache (1-bit quartile levels), hier, or quantspec (self-speculative decoding: "
      "4-bit draft over INT4 KV, 16-bit target over INT8 KV)")
     ("kv-bits", po::value(&kv_bits)->default_value(0), "kivi: 1, 2 or 4 (default 2); hier: 4 (INT4) or 8 (INT8, default)")
-    ("group", po::value(&group)->default_value(0), "tokens per quantization group (kivi/specache 64, hier/quantspec 128)")
+    ("group", po::value(&group)->default_value(0),
+     "tokens per quantization group (kivi/specache 64, hier/quantspec 128)")
     ("residual", po::value(&residual)->default_value(0), "kivi/specache full-precision window in tokens (default 64)")
     ("gamma", po::value(&gamma)->default_value("5"), "quantspec: draft tokens per round, or 'auto' to adapt it")
     ("trace", po::value(&trace_file), "write a Chrome trace of the run (open in ui.perfetto.dev)");

@@ -82,8 +82,8 @@ double draft_cost_estimate(const model_config& c, const draft_options& opts) {
   const double lm_head = 2.0 * double(c.vocab_size * c.hidden_size);
   draft_options no_head = opts;
   no_head.quantize_lm_head = false;
-  const double draft = double(draft_bytes(c, no_head)) +
-                       (opts.quantize_lm_head ? double(kc::int4_bytes(c.vocab_size, c.hidden_size, opts.group)) : lm_head);
+  const double head = opts.quantize_lm_head ? double(kc::int4_bytes(c.vocab_size, c.hidden_size, opts.group)) : lm_head;
+  const double draft = double(draft_bytes(c, no_head)) + head;
   return draft / (2.0 * double(projections) + lm_head);
 }
 

@@ -24,7 +24,8 @@ void spec_decode_stats::merge(const spec_decode_stats& o) {
   rejections += o.rejections;
   if (accepted_per_position.size() < o.accepted_per_position.size())
     accepted_per_position.resize(o.accepted_per_position.size(), 0);
-  for (std::size_t i = 0; i < o.accepted_per_position.size(); ++i) accepted_per_position[i] += o.accepted_per_position[i];
+  for (std::size_t i = 0; i < o.accepted_per_position.size(); ++i)
+    accepted_per_position[i] += o.accepted_per_position[i];
   draft_seconds += o.draft_seconds;
   verify_seconds += o.verify_seconds;
 }

@@ -30,7 +30,8 @@ struct spec_decode_stats {
   // Tokens a round yields on average: kept drafts plus the target's
   // correction or bonus token (the "acceptance length" of the papers).
   double mean_acceptance_length() const;
-  // "drafts 12, draft tokens 60, accepted 51 (85.0%, alpha 89.5%), mean acceptance length 5.25, kept by position 100% 92% ..."
+  // "drafts 12, draft tokens 60, accepted 51 (85.0%, alpha 89.5%), mean acceptance length 5.25,
+  // kept by position 100% 92% ..."
   std::string summary() const;
 };
 
