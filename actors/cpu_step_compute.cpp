@@ -4,44 +4,11 @@
 #include <stdexcept>
 #include <unordered_map>
 
-#include "actors/kv_rows_pack.hpp"
+#include "actors/kv_capture.hpp"
 #include "model/forward.hpp"
 
 namespace specpipe {
 namespace {
-
-// A cache_policy that forwards to the full cache and keeps a copy of the
-// rows appended during the current step.
-class capturing_cache final : public cache_policy {
- public:
-  capturing_cache(std::unique_ptr<cache_policy> inner, int layers, std::int64_t kv_dim)
-      : inner_(std::move(inner)), kv_dim_(kv_dim), k_(std::size_t(layers)), v_(std::size_t(layers)) {}
-
-  void begin_step() {
-    for (auto& x : k_) x.clear();
-    for (auto& x : v_) x.clear();
-  }
-  const std::vector<float>& k(int layer) const { return k_[std::size_t(layer)]; }
-  const std::vector<float>& v(int layer) const { return v_[std::size_t(layer)]; }
-
-  std::int64_t length(int layer) const override { return inner_->length(layer); }
-  void append(int layer, const float* k, const float* v, std::int64_t n) override {
-    inner_->append(layer, k, v, n);
-    const std::size_t count = std::size_t(n * kv_dim_);
-    k_[std::size_t(layer)].insert(k_[std::size_t(layer)].end(), k, k + count);
-    v_[std::size_t(layer)].insert(v_[std::size_t(layer)].end(), v, v + count);
-  }
-  void attend(int layer, const float* q, std::int64_t n, std::int64_t pos0, float* out) override {
-    inner_->attend(layer, q, n, pos0, out);
-  }
-  void truncate(std::int64_t n) override { inner_->truncate(n); }
-  std::size_t bytes_used() const override { return inner_->bytes_used(); }
-
- private:
-  std::unique_ptr<cache_policy> inner_;
-  std::int64_t kv_dim_;
-  std::vector<std::vector<float>> k_, v_;
-};
 
 class cpu_step_compute final : public step_compute {
  public:
@@ -90,13 +57,8 @@ class cpu_step_compute final : public step_compute {
 
  private:
   std::shared_ptr<const kv_rows> pack_rows(const step_entry& e, const capturing_cache& cache) const {
-    std::vector<const float*> k, v;
-    for (int l = 0; l < int(config_.num_hidden_layers); ++l) {
-      k.push_back(cache.k(l).data());
-      v.push_back(cache.v(l).data());
-    }
-    return pack_kv_rows(e.seq, e.pos0, std::int64_t(e.tokens.size()), int(config_.num_key_value_heads),
-                        config_.head_dim, k, v);
+    return pack_kv_rows(e.seq, cache, int(config_.num_hidden_layers), int(config_.num_key_value_heads),
+                        config_.head_dim);
   }
 
   model_config config_;

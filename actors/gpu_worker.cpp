@@ -91,7 +91,10 @@ gpu_worker_actor::behavior_type gpu_worker_behavior(worker_ptr self, int id, std
             out.logits.swap(st.logits);
             try {
               st.compute->run(e, out);
-              if (e.pick) {
+              if (!out.tokens.empty()) {
+                out.token = out.tokens.back();  // the compute decided its tokens itself
+                st.picked[e.seq] = out.token;
+              } else if (e.pick) {
                 out.token = (*e.pick)(out.logits);
                 st.picked[e.seq] = out.token;
                 st.compute->picked(e, out.token, out);
@@ -108,6 +111,8 @@ gpu_worker_actor::behavior_type gpu_worker_behavior(worker_ptr self, int id, std
             const char* name = e.phase == seq_phase::prefill ? "prefill" : "decode";
             st.trace.span(st.track, name, trace_cat::compute, t1, t2,
                           {{"seq", double(e.seq)}, {"tokens", double(e.tokens.size())}});
+            for (auto& sp : out.spans)
+              st.trace.span(st.track, sp.name, trace_cat::compute, sp.t0_us, sp.t1_us, std::move(sp.args));
           }
           res.outputs.push_back(std::move(out));
         }

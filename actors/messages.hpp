@@ -9,6 +9,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "actors/batch_former.hpp"
@@ -16,6 +17,8 @@
 #include "actors/topk_planner.hpp"
 #include "actors/transfer_event.hpp"
 #include "memory/allocator.hpp"
+#include "model/sampler.hpp"
+#include "model/spec_stats.hpp"
 #include "model/specache_stats.hpp"
 
 namespace specpipe {
@@ -116,7 +119,10 @@ using token_picker = std::function<std::int32_t(std::span<const float> logits)>;
 // `pick` chooses the entry's next token. With
 // `sampled_token` the entry's one token is the one this worker picked for the
 // sequence in its previous step (tokens is empty): the scheduler queues the
-// step before that token reaches it.
+// step before that token reaches it. `sampling` is the sequence's parameters,
+// for computes that pick their tokens themselves (speculative decoding needs
+// the distributions, not one draw); they keep one seeded generator per
+// sequence, so a seed still gives one output.
 struct step_entry {
   seq_id seq = 0;
   seq_phase phase = seq_phase::decode;
@@ -125,6 +131,7 @@ struct step_entry {
   std::vector<std::shared_ptr<const fetched_rows>> fetched;
   std::shared_ptr<token_picker> pick;
   bool sampled_token = false;
+  sampling_params sampling;
 };
 
 struct step_request {
@@ -136,20 +143,36 @@ struct step_request {
 // (the others of the step may have succeeded). A compute that speculates
 // sent the planner, layer by layer while it ran, the scores of a query at
 // plan_position: the scheduler collects those plan_layers gathers as the
-// rows of the sequence's next step. `spec` holds the step's hit and
-// speculative-token figures.
+// rows of the sequence's next step. `specache` holds SpeCache's hit and
+// speculative-token figures of the step.
+//
+// A compute that decodes several tokens per step (QuantSpec: the kept drafts
+// and the target's correction or bonus token) fills `tokens` itself and the
+// worker picks nothing; the scheduler takes them in order and may drop the
+// tail (EOS, a stop string, max_tokens). Their rows then hold one position
+// per token taken before the last: rows.n_tokens = input tokens kept.
 struct step_output {
   seq_id seq = 0;
   std::string error;
   std::int32_t token = -1;     // picked by the worker from the last token's logits
+  std::vector<std::int32_t> tokens;  // several tokens decided by the compute; empty: `token` alone
   std::vector<float> logits;  // [vocab] for the entry's last token; empty once picked
   std::shared_ptr<const kv_rows> rows;
   std::int64_t plan_position = -1;  // -1: no rows planned for the next step
   int plan_layers = 0;
-  specache_stats spec;
+  specache_stats specache;
   std::int64_t cache_length = 0;  // after the step
   double compute_us = 0;          // forward time inside the worker
   double wait_us = 0;             // time waiting on fetched rows
+  spec_decode_stats spec;         // speculative rounds of this step
+  // Phases of the compute worth a trace span of their own (a QuantSpec
+  // round's draft and verify), on the trace clock; the worker emits them.
+  struct phase_span {
+    const char* name = "";
+    double t0_us = 0, t1_us = 0;
+    std::vector<std::pair<std::string, double>> args;
+  };
+  std::vector<phase_span> spans;
 };
 
 struct step_result {
@@ -165,6 +188,16 @@ struct worker_usage {
   std::int64_t cache_bytes = 0;
 };
 
+// The first `n` positions of a step's rows (the scheduler keeps the rows of
+// the tokens it took when it drops a multi-token step's tail).
+inline std::shared_ptr<const kv_rows> kv_rows_prefix(const std::shared_ptr<const kv_rows>& rows, std::int64_t n) {
+  if (!rows || n >= rows->n_tokens) return rows;
+  auto r = std::make_shared<kv_rows>(*rows);
+  r->n_tokens = n < 0 ? 0 : n;
+  r->data.resize(std::size_t(r->n_tokens) * std::size_t(r->n_layers) * std::size_t(r->n_kv_heads) * r->row_bytes);
+  return r;
+}
+
 // ---- scheduler --------------------------------------------------------------
 
 struct scheduler_stats {
@@ -178,7 +211,7 @@ struct scheduler_stats {
   double decode_roundtrip_us = 0;
   double decode_compute_us = 0;
   std::int64_t steps_queued_ahead = 0;  // sent while the worker was still running another
-  specache_stats spec;                   // summed over the steps of speculating cache modes
+  specache_stats specache;               // summed over the steps of SpeCache modes
 };
 
 }  // namespace specpipe

@@ -19,7 +19,8 @@ pipeline::pipeline(caf::actor_system& sys, std::vector<std::shared_ptr<step_comp
   const compute_shape shape = computes.front()->shape();
   for (const auto& c : computes)
     if (c->shape().n_layers != shape.n_layers || c->shape().n_kv_heads != shape.n_kv_heads ||
-        c->shape().head_dim != shape.head_dim || c->shape().speculative != shape.speculative)
+        c->shape().head_dim != shape.head_dim || c->shape().speculative != shape.speculative ||
+        c->shape().multi_token != shape.multi_token)
       throw std::invalid_argument("pipeline: workers disagree on the model shape");
   trace_sink trace;
   if (opts_.trace) {
@@ -52,7 +53,7 @@ pipeline::pipeline(caf::actor_system& sys, std::vector<std::shared_ptr<step_comp
   so2.detokenize = opts_.detokenize;
   so2.make_picker = opts_.make_picker;
   so2.step_timeout = opts_.step_timeout;
-  so2.pipelined = !shape.speculative;
+  so2.pipelined = !shape.speculative && !shape.multi_token;
   scheduler_ = spawn_scheduler(sys, std::move(so2));
 }
 

@@ -253,6 +253,24 @@ bool take_token(self_ptr self, sequence& s, std::int32_t tok) {
   return true;
 }
 
+// A step's tokens in order: its one picked token, or the several a
+// speculative round decided. Each may end the sequence, dropping the rest;
+// the cache length a token sees counts the positions before it, and the rows
+// of positions after the last token taken are dropped with them.
+bool take_tokens(self_ptr self, sequence& s, const step_output& out, std::shared_ptr<const kv_rows>* rows) {
+  if (out.tokens.empty()) return take_token(self, s, out.token);
+  const auto n = std::int64_t(out.tokens.size());
+  for (std::int64_t i = 0; i < n; ++i) {
+    s.cache_length = out.cache_length - (n - 1 - i);
+    if (!take_token(self, s, out.tokens[std::size_t(i)])) {
+      // s may be gone (nothing in flight kept it); only the rows are touched.
+      if (rows && *rows) *rows = kv_rows_prefix(*rows, (*rows)->n_tokens - (n - 1 - i));
+      return false;
+    }
+  }
+  return true;
+}
+
 // Collects the rows the worker had the planner gather, layer by layer while
 // the step ran, for the sequence's next step; the sequence waits for them.
 void collect_plan(self_ptr self, std::uint64_t id, std::int64_t position, int layers) {
@@ -294,7 +312,8 @@ void on_step_result(self_ptr self, std::size_t w, double sent_us, step_result& r
     sequence& s = it->second;
     --s.in_step;
     if (s.ended) continue;  // a step queued ahead of an end it could not foresee
-    if (out.error.empty() && out.token < 0) out.error = "worker " + std::to_string(w) + " returned no token";
+    if (out.error.empty() && out.token < 0 && out.tokens.empty())
+      out.error = "worker " + std::to_string(w) + " returned no token";
     if (!out.error.empty()) {
       fail(self, s.id, make_pipeline_error(pipeline_errc::worker_failed, out.error));
       continue;
@@ -303,11 +322,14 @@ void on_step_result(self_ptr self, std::size_t w, double sent_us, step_result& r
     const bool was_prefill = s.phase == seq_phase::prefill;
     any_decode = any_decode || !was_prefill;
     s.cache_length = out.cache_length;
+    std::shared_ptr<const kv_rows>* rows = nullptr;
     if (out.rows) {
       ++s.appends_in_flight;
       appends.emplace_back(s.id, std::move(out.rows));
+      rows = &appends.back().second;
     }
-    st.stats.spec.merge(out.spec);
+    st.stats.specache.merge(out.specache);
+    s.res.spec.merge(out.spec);
     if (was_prefill) {
       s.res.prefill_seconds = (got_us - sent_us) / 1e6;
       s.decode_start_us = got_us;
@@ -318,7 +340,7 @@ void on_step_result(self_ptr self, std::size_t w, double sent_us, step_result& r
     } else {
       ++s.res.decode_forwards;
     }
-    if (!take_token(self, s, out.token)) continue;
+    if (!take_tokens(self, s, out, rows)) continue;
     if (out.plan_position >= 0) {
       if (!st.opts.planner) {
         fail(self, s.id, make_pipeline_error(pipeline_errc::invalid_request,
@@ -380,6 +402,7 @@ void kick(self_ptr self, std::size_t w) {
     step_entry e;
     e.seq = s.id;
     e.pick = s.pick;
+    e.sampling = s.req.sampling;
     if (s.in_step > 0) {
       e.phase = seq_phase::decode;
       e.pos0 = s.pos_ahead;

@@ -19,6 +19,9 @@ struct compute_shape {
   // The cache mode reads rows the planner prefetches from the speculative
   // scores of the step before: such steps cannot be queued ahead.
   bool speculative = false;
+  // A step may return several tokens (step_output::tokens): such steps
+  // cannot be queued ahead either, as the next one starts after the last.
+  bool multi_token = false;
 };
 
 // How a compute that speculates reaches the planner from inside run(); the

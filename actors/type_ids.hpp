@@ -87,9 +87,15 @@ typename Inspector::result_type inspect(Inspector& f, generation_request& x) {
 }
 
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, spec_decode_stats& x) {
+  return f(caf::meta::type_name("spec_decode_stats"), x.drafts, x.draft_tokens, x.accepted_tokens,
+           x.rejections, x.accepted_per_position, x.draft_seconds, x.verify_seconds);
+}
+
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, generation_result& x) {
   return f(caf::meta::type_name("generation_result"), x.tokens, x.text, x.finish_reason, x.prompt_tokens,
-           x.prefill_seconds, x.decode_seconds, x.decode_forwards);
+           x.prefill_seconds, x.decode_seconds, x.decode_forwards, x.spec);
 }
 
 template <class Inspector>

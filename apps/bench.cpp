@@ -1,7 +1,8 @@
 // `specpipe bench`: prefill and decode throughput of the full-precision path
 // against the roofline measured in the same run; `--kernels` times decode
 // attention and the decode GEMV alone; `--memory-only` runs nothing and
-// reports the KV bytes of each cache format against fp16.
+// reports the KV bytes of each cache format against fp16; `--kv quantspec`
+// (CPU) times QuantSpec against autoregressive decoding (bench_quantspec.cpp).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -139,6 +140,7 @@ int bench_main(int argc, char** argv) {
   long long kv_group = 0, kv_residual = 0;
   int kv_bits = 0;
   bench_options o;
+  quantspec_bench_options qso;
   desc.add_options()
     ("help,h", "show this help")
     ("preset", po::value(&preset), "model shape: llama3-8b, llama2-7b, mistral-7b or tiny (random weights)")
@@ -154,9 +156,19 @@ int bench_main(int argc, char** argv) {
     ("no-graphs", "launch decode kernels one by one instead of replaying a CUDA graph")
     ("no-overlap", "launch the GEMVs normally instead of as programmatic dependents (PDL)")
     ("memory-only", "run nothing: KV bytes per token and per sequence of each --kv format against fp16")
-    ("kv", po::value(&kv_kinds)->default_value("full,kivi,specache,hier"), "--memory-only formats: full, kivi, specache, hier")
+    ("kv", po::value(&kv_kinds)->default_value("full,kivi,specache,hier"),
+     "--memory-only formats: full, kivi, specache, hier; otherwise (CPU) what to decode with: full, quantspec")
     ("kv-bits", po::value(&kv_bits)->default_value(0), "--memory-only: bits for kivi (1/2/4) and hier (4/8)")
-    ("group", po::value(&kv_group)->default_value(0), "--memory-only: quantization group G (0: each format's default)")
+    ("group", po::value(&kv_group)->default_value(0),
+     "--memory-only and quantspec: quantization group G (0: each format's default)")
+    ("gamma", po::value(&qso.gamma)->default_value("5"), "quantspec: draft tokens per round, or auto")
+    ("weight-group", po::value(&qso.weight_group)->default_value(128),
+     "quantspec: columns per scale of the 4-bit draft weights")
+    ("draft-lm-head", po::bool_switch(&qso.quantize_lm_head), "quantspec: pack lm_head to 4 bits too")
+    ("tokens", po::value(&qso.tokens)->default_value(64),
+     "quantspec: tokens decoded per measurement (and by the ar baseline)")
+    ("acceptance", po::value(&qso.assume_acceptance)->default_value(0.0),
+     "quantspec: also report the speedup the measured costs give at this acceptance rate (0: off)")
     ("residual", po::value(&kv_residual)->default_value(0), "--memory-only: kivi/specache window R (0: 64)")
     ("fuse-swiglu", "decode: fuse the SwiGLU into the down GEMV's input load (GEMV v2)")
     ("no-fuse-swiglu", "decode: a SwiGLU kernel, then the plain down GEMV (v1; the default)")
@@ -203,6 +215,24 @@ int bench_main(int argc, char** argv) {
     o.config = *c;
   }
   if (vm.count("memory-only")) return memory_report(o, kv_kinds, kv_bits, kv_group, kv_residual, json_path);
+  // Decoding runs: --kv picks the full-cache decode and/or QuantSpec (CPU).
+  bool run_full = true, run_quantspec = false;
+  if (!vm["kv"].defaulted()) {
+    run_full = false;
+    for (const auto& kind : split_list(kv_kinds)) {
+      if (kind == "full") run_full = true;
+      else if (kind == "quantspec") run_quantspec = true;
+      else throw usage_error("--kv: bench decodes with full or quantspec ('" + kind + "' is for --memory-only)");
+    }
+    if (run_quantspec && device != "cpu")
+      throw usage_error("--kv quantspec: the QuantSpec bench runs on the CPU backend (use --device cpu)");
+  }
+  if (!run_quantspec && (!vm["gamma"].defaulted() || !vm["weight-group"].defaulted() || qso.quantize_lm_head ||
+                         !vm["tokens"].defaulted() || !vm["acceptance"].defaulted()))
+    throw usage_error("--gamma, --weight-group, --draft-lm-head, --tokens and --acceptance apply to --kv quantspec");
+  if (!(qso.assume_acceptance >= 0 && qso.assume_acceptance < 1))
+    throw usage_error("--acceptance: must be in [0, 1), got " + std::to_string(qso.assume_acceptance));
+  qso.group = kv_group;
   if (device == "cuda") {
 #ifndef SPECPIPE_HAVE_CUDA
     throw usage_error("--device cuda: this build has no CUDA backend (configure with -DSPECPIPE_CUDA=ON)");
@@ -212,7 +242,18 @@ int bench_main(int argc, char** argv) {
   } else if (o.kernels) {
     throw usage_error("--kernels times CUDA kernels; it needs --device cuda");
   }
-  const bench_report r = device == "cuda" ? run_cuda_bench(o) : run_cpu_bench(o);
+  bench_report r;
+  if (device == "cuda") {
+    r = run_cuda_bench(o);
+  } else {
+    if (run_full) r = run_cpu_bench(o);
+    if (run_quantspec) {
+      bench_report q = run_quantspec_bench(o, qso);
+      r.device_name = q.device_name;
+      r.notes.insert(r.notes.end(), q.notes.begin(), q.notes.end());
+      r.points.insert(r.points.end(), q.points.begin(), q.points.end());
+    }
+  }
   print_table(o, r);
   if (!json_path.empty()) {
     std::ofstream out(json_path);
@@ -226,46 +267,52 @@ int bench_main(int argc, char** argv) {
 
 }  // namespace
 
+void load_cpu_bench_model(const bench_options& o, cpu_bench_model& m) {
+  const auto& c = o.config;
+  if (!o.model_dir.empty()) {
+    m.loaded.emplace(model::load(o.model_dir));
+    m.weights = m.loaded->weights;
+    return;
+  }
+  const std::size_t params = std::size_t(c.vocab_size * c.hidden_size) * 2 +
+                             std::size_t(c.num_hidden_layers) *
+                                 std::size_t((c.q_dim() + 2 * c.kv_dim()) * c.hidden_size + c.hidden_size * c.q_dim() +
+                                             3 * c.intermediate_size * c.hidden_size);
+  if (params > (std::size_t(1) << 30))
+    throw usage_error("--device cpu: random weights for '" + o.model_name + "' need " +
+                      std::to_string(params * 4 >> 30) + " GiB of host memory; use --preset tiny or --model DIR");
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> u(-0.035f, 0.035f), g(0.9f, 1.1f);
+  auto& store = m.store;
+  auto make = [&](std::int64_t rows, std::int64_t cols, bool norm) {
+    store.emplace_back(std::size_t(rows * cols));
+    for (auto& x : store.back()) x = norm ? g(rng) : u(rng);
+    // Norm gains are vectors, as in a checkpoint.
+    if (norm) return tensor_view(store.back().data(), dtype::f32, {cols});
+    return tensor_view(store.back().data(), dtype::f32, {rows, cols});
+  };
+  store.reserve(3 + 9 * std::size_t(c.num_hidden_layers));
+  model_weights& w = m.weights;
+  w.embed = make(c.vocab_size, c.hidden_size, false);
+  w.final_norm = make(1, c.hidden_size, true);
+  w.lm_head = make(c.vocab_size, c.hidden_size, false);
+  for (std::int64_t l = 0; l < c.num_hidden_layers; ++l)
+    w.layers.push_back({make(1, c.hidden_size, true), make(c.q_dim(), c.hidden_size, false),
+                        make(c.kv_dim(), c.hidden_size, false), make(c.kv_dim(), c.hidden_size, false),
+                        make(c.hidden_size, c.q_dim(), false), make(1, c.hidden_size, true),
+                        make(c.intermediate_size, c.hidden_size, false),
+                        make(c.intermediate_size, c.hidden_size, false),
+                        make(c.hidden_size, c.intermediate_size, false)});
+}
+
 bench_report run_cpu_bench(const bench_options& o) {
   using clock = std::chrono::steady_clock;
   bench_report r;
   r.device_name = "CPU backend";
   const auto& c = o.config;
-  std::optional<model> loaded;
-  std::vector<std::vector<float>> store;
-  model_weights w;
-  if (!o.model_dir.empty()) {
-    loaded.emplace(model::load(o.model_dir));
-    w = loaded->weights;
-  } else {
-    const std::size_t params = std::size_t(c.vocab_size * c.hidden_size) * 2 +
-                               std::size_t(c.num_hidden_layers) *
-                                   std::size_t((c.q_dim() + 2 * c.kv_dim()) * c.hidden_size + c.hidden_size * c.q_dim() +
-                                               3 * c.intermediate_size * c.hidden_size);
-    if (params > (std::size_t(1) << 30))
-      throw usage_error("--device cpu: random weights for '" + o.model_name + "' need " +
-                        std::to_string(params * 4 >> 30) + " GiB of host memory; use --preset tiny or --model DIR");
-    std::mt19937 rng(1);
-    std::uniform_real_distribution<float> u(-0.035f, 0.035f), g(0.9f, 1.1f);
-    auto make = [&](std::int64_t rows, std::int64_t cols, bool norm) {
-      store.emplace_back(std::size_t(rows * cols));
-      for (auto& x : store.back()) x = norm ? g(rng) : u(rng);
-      // Norm gains are vectors, as in a checkpoint.
-      if (norm) return tensor_view(store.back().data(), dtype::f32, {cols});
-      return tensor_view(store.back().data(), dtype::f32, {rows, cols});
-    };
-    store.reserve(3 + 9 * std::size_t(c.num_hidden_layers));
-    w.embed = make(c.vocab_size, c.hidden_size, false);
-    w.final_norm = make(1, c.hidden_size, true);
-    w.lm_head = make(c.vocab_size, c.hidden_size, false);
-    for (std::int64_t l = 0; l < c.num_hidden_layers; ++l)
-      w.layers.push_back({make(1, c.hidden_size, true), make(c.q_dim(), c.hidden_size, false),
-                          make(c.kv_dim(), c.hidden_size, false), make(c.kv_dim(), c.hidden_size, false),
-                          make(c.hidden_size, c.q_dim(), false), make(1, c.hidden_size, true),
-                          make(c.intermediate_size, c.hidden_size, false),
-                          make(c.intermediate_size, c.hidden_size, false),
-                          make(c.hidden_size, c.intermediate_size, false)});
-  }
+  cpu_bench_model bm;
+  load_cpu_bench_model(o, bm);
+  const model_weights& w = bm.weights;
   cpu_forward fwd(c, w);
   std::vector<float> logits(std::size_t(c.vocab_size));
   std::mt19937 rng(2);
@@ -336,6 +383,7 @@ boost::json::value report_json(const bench_options& o, const bench_report& r) {
       j["roofline_ms"] = p.roofline_ms;
       j["roofline_fraction"] = p.roofline_ms > 0 ? p.roofline_ms / p.ms : 0.0;
       j["peak_gib"] = p.peak_gib;
+      for (const auto& [k, v] : p.extra) j[k] = v;
     }
     pts.emplace_back(std::move(j));
   }

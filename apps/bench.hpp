@@ -4,11 +4,14 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <boost/json.hpp>
 
 #include "model/config.hpp"
+#include "model/model.hpp"
+#include "model/weights.hpp"
 
 namespace specpipe::apps {
 
@@ -42,6 +45,7 @@ struct bench_point {
   double bytes = 0;        // bytes the step must read (roofline numerator)
   double roofline_ms = 0;  // bytes / measured copy bandwidth
   double peak_gib = 0;
+  std::vector<std::pair<std::string, double>> extra;  // further figures, written to the JSON as they are
 };
 
 struct bench_report {
@@ -50,6 +54,29 @@ struct bench_report {
   std::vector<bench_point> points;
   std::vector<std::string> notes;
 };
+
+// The weights the CPU benchmarks run: the checkpoint's (--model) or random
+// ones of the preset's shape, held in `store`. Filled in place: the views
+// point into it.
+struct cpu_bench_model {
+  std::optional<model> loaded;
+  std::vector<std::vector<float>> store;
+  model_weights weights;
+};
+void load_cpu_bench_model(const bench_options& o, cpu_bench_model& m);
+
+// QuantSpec on the CPU backend (bench_quantspec.cpp): per context, plain
+// autoregressive target decoding over the hierarchical INT8 cache against
+// QuantSpec rounds in the same run.
+struct quantspec_bench_options {
+  std::string gamma = "5";
+  long long group = 0;         // G; 0: 128
+  long long weight_group = 128;
+  bool quantize_lm_head = false;
+  long long tokens = 64;       // tokens decoded per measurement
+  double assume_acceptance = 0;  // > 0: also report the speedup the measured costs give at this rate
+};
+bench_report run_quantspec_bench(const bench_options& o, const quantspec_bench_options& q);
 
 // Runs the CUDA benchmarks; throws usage_error when CUDA is unusable.
 bench_report run_cuda_bench(const bench_options& o);

@@ -19,6 +19,8 @@
 #include "kernels/cuda/device.hpp"
 #include "kernels/cuda/elementwise.hpp"
 #include "kernels/cuda/gemm.hpp"
+#include "kernels/cuda/int4_gemv.hpp"
+#include "kernels/int4_linear.hpp"
 #include "memory/allocator.hpp"
 #include "model/cuda_forward.hpp"
 #include "model/model.hpp"
@@ -257,6 +259,31 @@ void kernel_points(const bench_options& o, bench_report& r, const kc::device_pro
                                 "x" + std::to_string(kk),
                             t.median, t.spread, 0, wb, wb / r.copy_bandwidth * 1e3, used_gib()});
       }
+    // QuantSpec's draft: the same shape as 4-bit codes, g = 128 (the values
+    // do not matter for the time; scales and zeros are finite).
+    const std::int64_t stride = kernels::cpu::int4_code_stride(kk), groups = (kk + 127) / 128;
+    buffer codes(*dev, std::size_t(n * stride)), sz(*dev, std::size_t(2 * n * groups) * 2);
+    kc::fill_uniform_bf16(codes.as<std::uint16_t>(), n * stride / 2, -1, 1, 9, st.get());
+    kc::fill_bytes(sz.data(), 0x3c, sz.size(), st.get());
+    const double qb = double(kernels::cpu::int4_bytes(n, kk, 128));
+    for (const std::int64_t m : {1, 2, 4, 8}) {
+      kc::int4_gemv_args g;
+      g.x = x.as<std::uint16_t>();
+      g.ldx = kk;
+      g.codes = codes.as<std::uint8_t>();
+      g.code_stride = stride;
+      g.scale = sz.as<std::uint16_t>();
+      g.zero = sz.as<std::uint16_t>() + n * groups;
+      g.group = 128;
+      g.y = y.data();
+      g.ldy = n;
+      g.m = m;
+      g.n = n;
+      g.k = kk;
+      const auto t = time_events(st.get(), o.warmup, o.repeats, [&] { kc::int4_gemv(g, st.get()); });
+      r.points.push_back({"gemv", m, 0, false, "int4 gemv " + std::to_string(n) + "x" + std::to_string(kk) + " g128",
+                          t.median, t.spread, 0, qb, qb / r.copy_bandwidth * 1e3, used_gib()});
+    }
   }
 }
 

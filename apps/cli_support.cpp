@@ -70,7 +70,11 @@ std::vector<long long> parse_int_list(const std::string& flag, const std::string
 void print_timing_line(const generation_result& res, const std::string& model_name, const std::string& device,
                        const std::string& kv) {
   const double pre_tps = res.prefill_seconds > 0 ? double(res.prompt_tokens) / res.prefill_seconds : 0;
-  const double dec_tps = res.decode_seconds > 0 ? double(res.decode_forwards) / res.decode_seconds : 0;
+  // Tokens the decode steps produced: one per forward, or a speculative
+  // round's several (every generated token after the prefill's).
+  const double decoded = res.spec.drafts > 0 ? double(res.tokens.size() > 0 ? res.tokens.size() - 1 : 0)
+                                             : double(res.decode_forwards);
+  const double dec_tps = res.decode_seconds > 0 ? decoded / res.decode_seconds : 0;
   std::fprintf(stderr, "[prompt %lld tokens, %.1f tok/s | decode %zu tokens, %.1f tok/s | finish: %s | %s, %s | kv %s]\n",
                static_cast<long long>(res.prompt_tokens), pre_tps, res.tokens.size(), dec_tps,
                res.finish_reason.c_str(), model_name.c_str(), device.c_str(), kv.c_str());

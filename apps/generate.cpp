@@ -7,10 +7,12 @@
 #include "apps/cli_support.hpp"
 #include "apps/commands.hpp"
 #include "apps/generate_cuda.hpp"
+#include "apps/quantspec_cli.hpp"
 #include "actors/actor_runtime.hpp"
 #include "actors/cpu_step_compute.hpp"
 #include "actors/model_sampling.hpp"
 #include "actors/pipeline.hpp"
+#include "actors/quantspec_step_compute.hpp"
 #include "actors/specache_step_compute.hpp"
 #include "model/generator.hpp"
 #include "model/kv_mode.hpp"
@@ -29,7 +31,9 @@ std::string read_file(const std::string& path) {
 
 int generate_main(int argc, char** argv) {
   po::options_description desc("specpipe generate flags");
-  std::string model_flag, prompt, prompt_file, device = "cpu", trace_file, kv = "full", prefetch = "speculative";
+  std::string model_flag, prompt, prompt_file, device = "cpu", trace_file, kv = "full", gamma = "5",
+      prefetch = "speculative";
+  quantspec_flags qs;
   std::vector<std::string> stop;
   int max_tokens = 64, threads = 0, top_k = 0;
   float temperature = 0.8f, top_p = 1.0f;
@@ -52,16 +56,21 @@ int generate_main(int argc, char** argv) {
     ("context", po::value(&context)->default_value(0), "context length in tokens (default: the model's)")
     ("device", po::value(&device)->default_value("cpu"), "cpu or cuda")
     ("threads", po::value(&threads)->default_value(0), "CPU threads; 0 = all cores")
-    ("kv", po::value(&kv)->default_value("full"), "KV cache (CPU): full, kivi, specache or hier")
+    ("kv", po::value(&kv)->default_value("full"),
+     "KV cache (CPU): full, kivi, specache (SpeCache: low-bit copy + prefetched 16-bit rows), hier, or quantspec "
+     "(self-speculative decoding: 4-bit draft over INT4 KV, 16-bit target over INT8 KV)")
     ("kv-bits", po::value(&kv_bits)->default_value(0),
      "kivi: 1, 2 or 4 (default 2); specache: 1 or 2 (default 1); hier: 4 (INT4) or 8 (INT8, default)")
     ("topk", po::value(&topk)->default_value(64), "specache: 16-bit rows fetched per layer and KV head")
     ("prefetch", po::value(&prefetch)->default_value("speculative"),
      "specache: speculative (the speculative token's attention picks the next step's rows) or output (the real "
      "query's, fetched within the step: the paper's ablation)")
-    ("group", po::value(&group)->default_value(0), "tokens per quantization group (kivi/specache 64, hier 128)")
+    ("group", po::value(&group)->default_value(0),
+     "tokens per quantization group (kivi/specache 64, hier/quantspec 128)")
     ("residual", po::value(&residual)->default_value(0), "kivi/specache full-precision window in tokens (default 64)")
+    ("gamma", po::value(&gamma)->default_value("5"), "quantspec: draft tokens per round, or 'auto' to adapt it")
     ("trace", po::value(&trace_file), "write a Chrome trace of the run (open in ui.perfetto.dev)");
+  add_draft_flags(desc, qs);
   po::variables_map vm;
   if (!parse_flags(argc, argv, desc, vm, "usage: specpipe generate [--model DIR] --prompt TEXT [flags]"))
     return 0;
@@ -78,12 +87,31 @@ int generate_main(int argc, char** argv) {
   if (vm.count("prompt-file")) prompt = read_file(prompt_file);
   else if (!vm.count("prompt")) throw usage_error("--prompt (or --prompt-file) is required");
 
+  const bool quantspec = kv == "quantspec";
+  if (!quantspec && (!vm["gamma"].defaulted() || !vm["weight-group"].defaulted() || qs.quantize_lm_head))
+    throw usage_error("--gamma, --weight-group and --draft-lm-head apply to --kv quantspec only");
   kv_mode kv_choice;
-  try {
-    kv_choice = parse_kv_mode(kv, kv_bits, group, residual);
-    set_specache_flags(kv_choice, topk, prefetch);
-  } catch (const std::invalid_argument& e) {
-    throw usage_error(e.what());
+  quantspec_step_options qs_opts;
+  if (quantspec) {
+    if (kv_bits || residual)
+      throw usage_error("--kv quantspec: the draft reads INT4 and the target INT8 KV; --kv-bits and --residual "
+                        "do not apply");
+    if (device == "cuda") throw usage_error("--kv quantspec: runs on the CPU backend only so far (use --device cpu)");
+    if (!vm["topk"].defaulted() || !vm["prefetch"].defaulted())
+      throw usage_error("--topk/--prefetch: only --kv specache fetches rows");
+    qs_opts.kv_group = quantspec_group_of(group);
+    qs_opts.gamma = gamma_of(gamma, qs_opts.kv_group);
+    qs_opts.draft = draft_options_of(qs);
+    qs_opts.threads = threads;
+  } else {
+    try {
+      kv_choice = parse_kv_mode(kv, kv_bits, group, residual);
+      set_specache_flags(kv_choice, topk, prefetch);
+    } catch (const std::invalid_argument& e) {
+      throw usage_error(std::string(e.what()) + (kv == "kivi" || kv == "full" || kv == "specache" || kv == "hier"
+                                                     ? ""
+                                                     : " (or quantspec)"));
+    }
   }
   if (device == "cuda" && kv_choice.format != kv_format::full)
     throw usage_error("--kv " + kv + ": quantized caches run on the CPU backend only so far (use --device cpu)");
@@ -136,7 +164,14 @@ int generate_main(int argc, char** argv) {
   popts.make_picker = model_picker_factory();
   popts.topk = kv_choice.topk;
   std::shared_ptr<step_compute> compute;
-  if (kv_choice.speculative()) {
+  std::string kv_text = kv_choice.describe();
+  if (quantspec) {
+    qs_opts.max_context = needed;
+    compute = make_quantspec_step_compute(m.config, m.weights, qs_opts);
+    kv_text = "quantspec G=" + std::to_string(qs_opts.kv_group) + " gamma " +
+              (qs_opts.gamma.adaptive ? std::string("auto") : std::to_string(qs_opts.gamma.gamma)) +
+              " (draft: 4-bit weights + INT4 KV, target: INT8 KV)";
+  } else if (kv_choice.speculative()) {
     compute = make_specache_step_compute(m.config, m.weights, {needed, threads, specache_config_of(kv_choice)});
   } else {
     cpu_step_options copts{needed, threads, {}};
@@ -149,8 +184,12 @@ int generate_main(int argc, char** argv) {
   const auto res = pipe.generate(1, req, [](std::string_view d) { std::cout << d << std::flush; });
   std::cout << "\n";
 
-  print_timing_line(res, dir.filename().string(), device, kv_choice.describe());
-  if (kv_choice.speculative()) print_specache_line(pipe.stats().spec);
+  print_timing_line(res, dir.filename().string(), device, kv_text);
+  if (kv_choice.speculative()) print_specache_line(pipe.stats().specache);
+  if (quantspec) {
+    print_spec_line(res.spec);
+    std::fprintf(stderr, "[%s]\n", describe_draft_memory(m.config, qs_opts.draft).c_str());
+  }
   if (popts.trace) std::fprintf(stderr, "[trace: %llu events -> %s]\n",
                                 static_cast<unsigned long long>(pipe.flush_trace()), trace_file.c_str());
   return 0;

@@ -7,6 +7,7 @@
 #include "kernels/activation.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 #include "kernels/embedding.hpp"
+#include "kernels/int4_linear.hpp"
 #include "kernels/linear.hpp"
 #include "kernels/norm.hpp"
 #include "kernels/rope.hpp"
@@ -97,7 +98,49 @@ void check_weights(const model_config& c, const model_weights& w) {
   }
 }
 
-void project(const float* x, std::int64_t n, const tensor_view& w, float* y, kc::thread_pool& pool) {
+// A replacement projection must have the checkpoint's shape; a packed one
+// must be a well-formed host matrix (the kernel checks the rest).
+void check_linear(const linear_weight& w, const std::string& name, std::int64_t out, std::int64_t in) {
+  if (!w.is_int4()) {
+    check_tensor(w.dense, name, out, in);
+    return;
+  }
+  if (w.int4.out != out || w.int4.in != in || !w.int4.scale || !w.int4.zero)
+    throw std::invalid_argument("cpu_forward: packed 4-bit " + name + " should be [" + std::to_string(out) + ", " +
+                                std::to_string(in) + "] with scales and zeros, found [" +
+                                std::to_string(w.int4.out) + ", " + std::to_string(w.int4.in) + "]");
+}
+
+void check_weight_set(const model_config& c, const weight_set& s) {
+  if (std::int64_t(s.layers.size()) != c.num_hidden_layers)
+    throw std::invalid_argument("cpu_forward: the weight set holds " + std::to_string(s.layers.size()) +
+                                " layers, config says " + std::to_string(c.num_hidden_layers));
+  const std::int64_t h = c.hidden_size, inter = c.intermediate_size;
+  check_linear(s.lm_head, "lm_head.weight", c.vocab_size, h);
+  for (std::size_t i = 0; i < s.layers.size(); ++i) {
+    const auto& l = s.layers[i];
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    check_linear(l.wq, p + "self_attn.q_proj.weight", c.q_dim(), h);
+    check_linear(l.wk, p + "self_attn.k_proj.weight", c.kv_dim(), h);
+    check_linear(l.wv, p + "self_attn.v_proj.weight", c.kv_dim(), h);
+    check_linear(l.wo, p + "self_attn.o_proj.weight", h, c.q_dim());
+    check_linear(l.w_gate, p + "mlp.gate_proj.weight", inter, h);
+    check_linear(l.w_up, p + "mlp.up_proj.weight", inter, h);
+    check_linear(l.w_down, p + "mlp.down_proj.weight", h, inter);
+  }
+}
+
+void project(const float* x, std::int64_t n, const linear_weight& lw, float* y, kc::thread_pool& pool) {
+  if (lw.is_int4()) {
+    kc::int4_linear_args a;
+    a.x = x;
+    a.w = lw.int4;
+    a.y = y;
+    a.n = n;
+    kc::int4_linear(a, &pool);
+    return;
+  }
+  const tensor_view& w = lw.dense;
   kc::linear_args a;
   a.x = x;
   a.w = w.data;
@@ -115,6 +158,7 @@ void project(const float* x, std::int64_t n, const tensor_view& w, float* y, kc:
 cpu_forward::cpu_forward(const model_config& config, const model_weights& weights, int threads)
     : config_(config), weights_(weights), scratch_(std::make_unique<scratch>()) {
   check_weights(config_, weights_);
+  target_ = dense_weight_set(weights_);
   inv_freq_ = rope_inv_freq(config_);
   pool_ = std::make_unique<kc::thread_pool>(threads);
 }
@@ -122,7 +166,7 @@ cpu_forward::cpu_forward(const model_config& config, const model_weights& weight
 cpu_forward::~cpu_forward() = default;
 
 void cpu_forward::forward(std::span<const std::int32_t> tokens, cache_policy& cache,
-                          std::span<float> logits, bool all_logits) {
+                          std::span<float> logits, bool all_logits, const weight_set* projections) {
   const model_config& c = config_;
   const auto n = std::int64_t(tokens.size());
   if (n == 0) throw std::invalid_argument("cpu_forward::forward: no tokens given");
@@ -137,6 +181,9 @@ void cpu_forward::forward(std::span<const std::int32_t> tokens, cache_policy& ca
     throw std::invalid_argument("cpu_forward::forward: logits span holds " +
                                 std::to_string(logits.size()) + " floats, needs " +
                                 std::to_string(logit_rows) + " x " + std::to_string(c.vocab_size));
+
+  if (projections && projections != &target_) check_weight_set(c, *projections);
+  const weight_set& ws = projections ? *projections : target_;
 
   scratch& s = *scratch_;
   s.ensure(c, n);
@@ -167,35 +214,36 @@ void cpu_forward::forward(std::span<const std::int32_t> tokens, cache_policy& ca
   norm_rows(weights_.layers[0].attn_norm, false);
   for (std::size_t li = 0; li < weights_.layers.size(); ++li) {
     const layer_weights& w = weights_.layers[li];
+    const layer_linears& p = ws.layers[li];
     const int layer = int(li);
 
-    project(s.normed.data(), n, w.wq, s.q.data(), pool);
-    project(s.normed.data(), n, w.wk, s.k.data(), pool);
-    project(s.normed.data(), n, w.wv, s.v.data(), pool);
+    project(s.normed.data(), n, p.wq, s.q.data(), pool);
+    project(s.normed.data(), n, p.wk, s.k.data(), pool);
+    project(s.normed.data(), n, p.wv, s.v.data(), pool);
     kc::rope_apply(s.q.data(), n, c.num_attention_heads, c.head_dim, c.q_dim(), s.cos_t.data(),
                    s.sin_t.data());
     kc::rope_apply(s.k.data(), n, c.num_key_value_heads, c.head_dim, c.kv_dim(), s.cos_t.data(),
                    s.sin_t.data());
     cache.append(layer, s.k.data(), s.v.data(), n);
     cache.attend(layer, s.q.data(), n, pos0, s.attn.data());
-    project(s.attn.data(), n, w.wo, s.delta.data(), pool);
+    project(s.attn.data(), n, p.wo, s.delta.data(), pool);
     norm_rows(w.mlp_norm, true);  // hidden += attention; normed = post-attention norm
 
-    project(s.normed.data(), n, w.w_gate, s.gate.data(), pool);
-    project(s.normed.data(), n, w.w_up, s.up.data(), pool);
+    project(s.normed.data(), n, p.w_gate, s.gate.data(), pool);
+    project(s.normed.data(), n, p.w_up, s.up.data(), pool);
     const std::int64_t inter = c.intermediate_size;
     pool.parallel_for(n, [&](std::int64_t b, std::int64_t e) {
       kc::silu_mul(s.gate.data() + b * inter, s.up.data() + b * inter, (e - b) * inter,
                    s.gate.data() + b * inter);
     });
-    project(s.gate.data(), n, w.w_down, s.delta.data(), pool);
+    project(s.gate.data(), n, p.w_down, s.delta.data(), pool);
     // hidden += MLP; normed = the next layer's input norm, or the final norm.
     const bool last = li + 1 == weights_.layers.size();
     norm_rows(last ? weights_.final_norm : weights_.layers[li + 1].attn_norm, true);
   }
 
   const std::int64_t first_row = n - logit_rows;
-  project(s.normed.data() + first_row * h, logit_rows, weights_.lm_head, logits.data(), pool);
+  project(s.normed.data() + first_row * h, logit_rows, ws.lm_head, logits.data(), pool);
 }
 
 

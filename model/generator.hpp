@@ -13,6 +13,7 @@
 #include "model/cache_policy.hpp"
 #include "model/forward.hpp"
 #include "model/sampler.hpp"
+#include "model/spec_stats.hpp"
 #include "model/text_stream.hpp"
 #include "model/tokenizer.hpp"
 
@@ -33,7 +34,8 @@ struct generation_result {
   std::int64_t prompt_tokens = 0;
   double prefill_seconds = 0;
   double decode_seconds = 0;        // from the first sampled token to the last
-  std::int64_t decode_forwards = 0;  // single-token forward passes in decode_seconds
+  std::int64_t decode_forwards = 0;  // decode steps in decode_seconds (one forward each, or one speculative round)
+  spec_decode_stats spec;            // speculative decoding's counters (empty otherwise)
 };
 
 // Called with each new piece of text, in order; concatenated they equal

@@ -24,6 +24,20 @@ class sampler {
   explicit sampler(const sampling_params& p);
   std::int32_t sample(std::span<const float> logits);
 
+  // The pieces of sample(), for speculative decoding, which needs the
+  // distributions themselves (model/speculative_accept.hpp) and draws from
+  // the same seeded generator so a sequence stays reproducible.
+  const sampling_params& params() const { return params_; }
+  bool greedy() const { return params_.temperature == 0.0f; }
+  // The distribution sample() draws from at temperature > 0 (top-k,
+  // temperature, top-p applied; sums to 1); at temperature 0 the one-hot
+  // vector of the argmax. probs must hold logits.size() floats.
+  void distribution(std::span<const float> logits, std::span<float> probs);
+  // Uniform in [0, 1) from the sampler's generator.
+  double uniform();
+  // An index drawn from probs (non-negative, not necessarily normalized).
+  std::int32_t draw(std::span<const float> probs);
+
  private:
   sampling_params params_;
   std::mt19937_64 rng_;

@@ -1,0 +1,43 @@
+#pragma once
+// The draft's decode GEMV over 4-bit weights (kernels/int4_linear.hpp's
+// format, byte for byte): y = x W^^T with bf16 activations x [m, k] (row
+// stride ldx), packed codes [n][code_stride] and f16 scale/zero [n][groups],
+// f32 accumulation, y [m, n] (row stride ldy) in bf16 or f32, optionally added
+// to (f32 only). The CPU reference is kernels::cpu::int4_linear.
+#include <cstdint>
+
+#include "kernels/cuda/cuda_error.hpp"
+#include "kernels/cuda/gemm.hpp"
+
+namespace specpipe::kernels::cuda {
+
+struct int4_gemv_args {
+  const std::uint16_t* x = nullptr;  // bf16
+  std::int64_t ldx = 0;
+  const std::uint8_t* codes = nullptr;
+  std::int64_t code_stride = 0;         // bytes per row
+  const std::uint16_t* scale = nullptr;  // f16 [n][groups]
+  const std::uint16_t* zero = nullptr;
+  std::int64_t group = 128;
+  void* y = nullptr;
+  std::int64_t ldy = 0;
+  gemm_out out = gemm_out::bf16;
+  bool accumulate = false;
+  std::int64_t m = 0, n = 0, k = 0;
+};
+
+constexpr std::int64_t int4_gemv_max_rows = 8;
+
+// True when the kernel can run these arguments: 1 <= m <= 8; k and group
+// multiples of 32 (a lane's 32 codes lie in one group); code_stride a
+// multiple of 16 and at least k / 2; ldx a multiple of 8; x and codes
+// 16-byte aligned.
+bool int4_gemv_supported(const int4_gemv_args& a);
+
+// Each warp streams two rows of codes with 16-byte loads (32 codes per lane,
+// four loads per row in flight), unpacks the nibbles once and serves all m
+// inputs from them: y += z * sum(x) + s * sum(x * q) per group. Launches on
+// `s`, allocates nothing; throws std::invalid_argument when unsupported.
+void int4_gemv(const int4_gemv_args& a, stream_t s);
+
+}  // namespace specpipe::kernels::cuda

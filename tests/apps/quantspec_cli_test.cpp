@@ -1,0 +1,143 @@
+// QuantSpec through the real binary: `generate --kv quantspec` prints what the
+// target alone prints greedily, reports its counters and draft memory, traces
+// its rounds; `eval accept` and `bench --kv quantspec` run small; bad flags
+// are usage errors (exit 2).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <boost/json.hpp>
+
+#include <fstream>
+#include <sstream>
+
+#include "apps/cli_runner.hpp"
+#include "support/test_paths.hpp"
+
+namespace specpipe::testing {
+namespace {
+
+using ::testing::HasSubstr;
+namespace fs = std::filesystem;
+
+const std::string prompt =
+    "'The old house stood at the end of the lane, and every evening the children ran past it to the river. "
+    "The old house stood at the end of the lane, and every evening the children ran past it to the river.'";
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST(QuantSpecCli, GreedyGenerateEqualsTheTargetOverInt8) {
+  const auto target = run_specpipe("generate --prompt " + prompt + " -n 40 -t 0 --threads 2 --kv hier --group 32");
+  const auto qs = run_specpipe("generate --prompt " + prompt + " -n 40 -t 0 --threads 2 --kv quantspec --group 32 "
+                               "--gamma 4");
+  ASSERT_EQ(target.exit_code, 0) << target.err;
+  ASSERT_EQ(qs.exit_code, 0) << qs.err;
+  EXPECT_EQ(qs.out, target.out);
+  EXPECT_THAT(qs.err, HasSubstr("kv quantspec G=32 gamma 4"));
+  EXPECT_THAT(qs.err, HasSubstr("decode 40 tokens"));
+  EXPECT_THAT(qs.err, HasSubstr("[quantspec: drafts "));
+  EXPECT_THAT(qs.err, HasSubstr("mean acceptance length"));
+  EXPECT_THAT(qs.err, HasSubstr("[draft: 4-bit g128 projections, +"));
+}
+
+TEST(QuantSpecCli, SampledAutoGammaRunsAndTracesItsRounds) {
+  temp_dir dir;
+  const fs::path trace = dir.path() / "qs.json";
+  const auto r = run_specpipe("generate --prompt " + prompt + " -n 24 -t 0.8 --seed 2 --threads 2 --kv quantspec "
+                              "--gamma auto --trace '" + trace.string() + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("gamma auto"));
+  const std::string t = slurp(trace);
+  EXPECT_THAT(t, HasSubstr("\"name\":\"draft\""));
+  EXPECT_THAT(t, HasSubstr("\"name\":\"verify\""));
+  const auto again = run_specpipe("generate --prompt " + prompt + " -n 24 -t 0.8 --seed 2 --threads 2 --kv quantspec "
+                                  "--gamma auto");
+  EXPECT_EQ(again.out, r.out);  // one seed, one output
+}
+
+TEST(QuantSpecCli, BadFlagsAreUsageErrors) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"--kv quantspec --gamma 0", "--gamma: must be in [1, 16]"},
+      {"--kv quantspec --gamma 17", "--gamma: must be in [1, 16]"},
+      {"--kv quantspec --gamma many", "--gamma: 'many' is neither"},
+      {"--kv quantspec --gamma 16 --group 8", "--gamma: 16 exceeds --group 8"},
+      {"--kv quantspec --group 12", "--group: must be a multiple of 8"},
+      {"--kv quantspec --kv-bits 4", "--kv-bits and --residual do not apply"},
+      {"--kv quantspec --weight-group 3", "--weight-group: must be even"},
+      {"--kv quantspec --device cuda", "runs on the CPU backend only"},
+      {"--kv hier --gamma 4", "apply to --kv quantspec only"},
+      {"--kv speculative", "(or quantspec)"},
+  };
+  for (const auto& [flags, message] : cases) {
+    const auto r = run_specpipe(std::string("generate --prompt x -n 2 ") + flags);
+    EXPECT_EQ(r.exit_code, 2) << flags << ": " << r.err;
+    EXPECT_THAT(r.err, HasSubstr(message)) << flags;
+  }
+}
+
+TEST(QuantSpecCli, EvalAcceptWritesATableAndJson) {
+  temp_dir dir;
+  const fs::path book = dir.path() / "book.txt", json = dir.path() / "accept.json";
+  const std::string text = slurp(test::test_data_dir() / "eval" / "haystack.txt");
+  std::ofstream(book) << text << "\n\n" << text;
+  const auto r = run_specpipe("eval accept --kv quantspec --gamma 1,3 --text '" + book.string() +
+                              "' --context 48,96 --tokens 12 --threads 2 --json '" + json.string() + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("kept% by position"));
+  EXPECT_THAT(r.err, HasSubstr("eval accept"));
+  const auto j = boost::json::parse(slurp(json));
+  const auto& results = j.at("results").as_array();
+  ASSERT_EQ(results.size(), 4u);  // 2 contexts x 2 gammas
+  for (const auto& row : results) {
+    const double rate = row.at("acceptance_rate").to_number<double>();
+    EXPECT_GE(rate, 0.0);
+    EXPECT_LE(rate, 1.0);
+    EXPECT_GT(row.at("drafts").to_number<double>(), 0);
+  }
+  EXPECT_EQ(results[1].at("gamma").as_string(), "3");
+  EXPECT_EQ(results[1].at("kept_by_position").as_array().size(), 3u);
+
+  const auto bad = run_specpipe("eval accept --kv full --text '" + book.string() + "' --context 48");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("quantspec mode only"));
+  const auto bad_gamma = run_specpipe("eval accept --gamma 2,2 --text '" + book.string() + "' --context 48");
+  EXPECT_EQ(bad_gamma.exit_code, 2);
+  EXPECT_THAT(bad_gamma.err, HasSubstr("listed twice"));
+}
+
+TEST(QuantSpecCli, BenchComparesWithAutoregressiveDecoding) {
+  temp_dir dir;
+  const fs::path json = dir.path() / "bench.json";
+  const auto r = run_specpipe("bench --device cpu --preset tiny --kv full,quantspec --context 64 --repeats 2 "
+                              "--warmup 1 --tokens 12 --acceptance 0.8 --json '" + json.string() + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* kind : {"\nar ", "\ndraft ", "\nverify ", "\nquantspec ", "\ndecode "})
+    EXPECT_THAT(r.out, HasSubstr(kind));
+  EXPECT_THAT(r.out, HasSubstr("at acceptance 80% the measured costs give"));
+  const auto j = boost::json::parse(slurp(json));
+  bool found = false;
+  for (const auto& p : j.at("points").as_array())
+    if (p.at("kind").as_string() == "quantspec") {
+      found = true;
+      EXPECT_GT(p.at("tokens_per_s").to_number<double>(), 0);
+      EXPECT_TRUE(p.as_object().contains("speedup_vs_ar"));
+      EXPECT_TRUE(p.as_object().contains("speedup_at_assumed_acceptance"));
+    }
+  EXPECT_TRUE(found);
+
+  const auto cuda = run_specpipe("bench --device cuda --preset tiny --kv quantspec");
+  EXPECT_EQ(cuda.exit_code, 2);
+  EXPECT_THAT(cuda.err, HasSubstr("runs on the CPU backend"));
+  const auto stray = run_specpipe("bench --device cpu --preset tiny --gamma 4");
+  EXPECT_EQ(stray.exit_code, 2);
+  EXPECT_THAT(stray.err, HasSubstr("apply to --kv quantspec"));
+  const auto kivi = run_specpipe("bench --device cpu --preset tiny --kv kivi");
+  EXPECT_EQ(kivi.exit_code, 2);
+}
+
+}  // namespace
+}  // namespace specpipe::testing

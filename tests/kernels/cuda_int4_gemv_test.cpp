@@ -1,0 +1,125 @@
+// The draft's 4-bit weight GEMV on the GPU against the CPU reference
+// (kernels::cpu::int4_linear) on the same packed bytes: decode batches 1..8,
+// bf16 and f32 outputs, the fused residual accumulate, odd row counts.
+#include <gtest/gtest.h>
+
+#include "kernels/int4_linear.hpp"
+#include "tests/kernels/cuda_test_util.hpp"
+
+#ifdef SPECPIPE_HAVE_CUDA
+#include "kernels/cuda/int4_gemv.hpp"
+#endif
+
+namespace specpipe::test {
+namespace {
+
+class cuda_int4_gemv : public cuda_test {};
+
+#ifdef SPECPIPE_HAVE_CUDA
+namespace kc = kernels::cuda;
+namespace kcpu = kernels::cpu;
+
+void run_case(allocator& dev, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t group, kc::gemm_out out,
+              bool acc, unsigned seed) {
+  std::mt19937 rng(seed);
+  const std::int64_t ldx = k + 8, ldy = n + 3;
+  const auto w = random_values(rng, std::size_t(n * k));  // [-1, 1] with outliers up to 8
+  const kcpu::int4_weights q = kcpu::quantize_int4(w.data(), dtype::f32, n, k, 0, group);
+  const auto x = round_bf16(random_values(rng, std::size_t(m * ldx)));
+  const auto y0 = random_values(rng, std::size_t(m * ldy));
+
+  // CPU reference on the same bf16 inputs.
+  std::vector<float> ref_y(std::size_t(m * n));
+  kcpu::int4_linear_args ra;
+  ra.x = x.data();
+  ra.x_stride = ldx;
+  ra.w = q.view();
+  ra.y = ref_y.data();
+  ra.n = m;
+  kcpu::int4_linear(ra);
+
+  dev_array<std::uint16_t> dx(dev, to_bf16(x));
+  dev_array<std::uint8_t> dcodes(dev, q.codes);
+  dev_array<std::uint16_t> dscale(dev, q.scale), dzero(dev, q.zero);
+  dev_array<float> dyf(dev, y0);
+  dev_array<std::uint16_t> dyb(dev, std::size_t(m * ldy));
+  kc::int4_gemv_args a;
+  a.x = dx.get();
+  a.ldx = ldx;
+  a.codes = dcodes.get();
+  a.code_stride = q.code_stride;
+  a.scale = dscale.get();
+  a.zero = dzero.get();
+  a.group = group;
+  a.y = out == kc::gemm_out::f32 ? static_cast<void*>(dyf.get()) : static_cast<void*>(dyb.get());
+  a.ldy = ldy;
+  a.out = out;
+  a.accumulate = acc;
+  a.m = m;
+  a.n = n;
+  a.k = k;
+  ASSERT_TRUE(kc::int4_gemv_supported(a));
+  kc::int4_gemv(a, nullptr);
+
+  const auto yf = dyf.download();
+  const auto yb = from_bf16(dyb.download());
+  std::vector<float> got;
+  std::vector<double> ref;
+  for (std::int64_t i = 0; i < m; ++i)
+    for (std::int64_t j = 0; j < n; ++j) {
+      double r = double(ref_y[std::size_t(i * n + j)]);
+      if (acc) r += double(y0[std::size_t(i * ldy + j)]);
+      ref.push_back(r);
+      got.push_back(out == kc::gemm_out::f32 ? yf[std::size_t(i * ldy + j)] : yb[std::size_t(i * ldy + j)]);
+    }
+  const std::string what = "int4_gemv m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" +
+                           std::to_string(k) + " group=" + std::to_string(group) + (acc ? " acc" : "") +
+                           (out == kc::gemm_out::f32 ? " f32" : " bf16");
+  if (out == kc::gemm_out::f32) expect_close(got, ref, 2e-3, 1e-3, what, seed);
+  else expect_close(got, ref, 2e-2, 1e-2, what, seed);
+  EXPECT_TRUE(dyf.sentinel_intact() && dyb.sentinel_intact()) << what;
+}
+
+TEST_F(cuda_int4_gemv, matches_the_cpu_reference_for_decode_batches) {
+  unsigned seed = 400;
+  for (const std::int64_t m : {1, 2, 3, 5, 8})
+    for (const auto& [n, k] : {std::pair<std::int64_t, std::int64_t>{77, 256}, {512, 1408}, {33, 4096}}) {
+      run_case(*dev_, m, n, k, 128, kc::gemm_out::bf16, false, ++seed);
+      run_case(*dev_, m, n, k, 128, kc::gemm_out::f32, false, ++seed);
+    }
+}
+
+TEST_F(cuda_int4_gemv, accumulates_into_f32_and_takes_small_groups) {
+  run_case(*dev_, 1, 129, 512, 32, kc::gemm_out::f32, true, 501);
+  run_case(*dev_, 4, 1000, 2048, 64, kc::gemm_out::f32, true, 502);
+  run_case(*dev_, 8, 17, 96, 32, kc::gemm_out::bf16, false, 503);
+}
+
+TEST_F(cuda_int4_gemv, llama_shapes_match) {
+  // q_proj and down_proj of the 7B/8B shapes, one row of x.
+  run_case(*dev_, 1, 4096, 4096, 128, kc::gemm_out::f32, false, 601);
+  run_case(*dev_, 2, 4096, 14336, 128, kc::gemm_out::bf16, false, 602);
+}
+
+TEST_F(cuda_int4_gemv, unsupported_shapes_are_refused) {
+  kc::int4_gemv_args a;
+  a.m = 1;
+  a.n = 4;
+  a.k = 100;  // not a multiple of 32
+  a.ldx = 104;
+  a.ldy = 4;
+  a.code_stride = 64;
+  std::uint8_t dummy[64];
+  a.codes = dummy;
+  a.scale = reinterpret_cast<const std::uint16_t*>(dummy);
+  a.zero = a.scale;
+  a.y = dummy;
+  EXPECT_FALSE(kc::int4_gemv_supported(a));
+  EXPECT_THROW(kc::int4_gemv(a, nullptr), std::invalid_argument);
+}
+#else
+TEST_F(cuda_int4_gemv, skipped_without_cuda) {}
+#endif
+
+}  // namespace
+}  // namespace specpipe::test
