@@ -729,10 +729,10 @@ __global__ void packed_probs_kernel(const float* scores, float* probs, std::int6
   const int r = entry_row[e];
   if (r < 0) return;
   const std::int64_t bh = std::int64_t(e) * n_heads + h;
-  const float m = ml[bh * 2], inv = 1.f / ml[bh * 2 + 1];
+  const float m = ml[bh * 2], inv = __frcp_rn(ml[bh * 2 + 1]);
   const std::int64_t at = (std::int64_t(r) * n_heads + h) * stride;
   const int len = entry_len[e];
-  for (int p = threadIdx.x; p < len; p += blockDim.x) probs[at + p] = exp2f(scores[at + p] - m) * inv;
+  for (int p = threadIdx.x; p < len; p += blockDim.x) probs[at + p] = __fmul_rn(exp2f(__fsub_rn(scores[at + p], m)), inv);
 }
 
 using kernel_fn = void (*)(packed_attention_args, launch_shape);
