@@ -51,7 +51,7 @@ int generate_main(int argc, char** argv) {
     ("context", po::value(&context)->default_value(0), "context length in tokens (default: the model's)")
     ("device", po::value(&device)->default_value("cpu"), "cpu or cuda")
     ("threads", po::value(&threads)->default_value(0), "CPU threads; 0 = all cores")
-    ("kv", po::value(&kv)->default_value("full"), "KV cache (CPU): full, kivi, specache (1-bit quartile levels) or hier")
+    ("kv", po::value(&kv)->default_value("full"), "KV cache: full, kivi, specache (1-bit quartile levels) or hier")
     ("kv-bits", po::value(&kv_bits)->default_value(0), "kivi: 1, 2 or 4 (default 2); hier: 4 (INT4) or 8 (INT8, default)")
     ("group", po::value(&group)->default_value(0), "tokens per quantization group (kivi/specache 64, hier 128)")
     ("residual", po::value(&residual)->default_value(0), "kivi/specache full-precision window in tokens (default 64)")
@@ -78,8 +78,10 @@ int generate_main(int argc, char** argv) {
   } catch (const std::invalid_argument& e) {
     throw usage_error(e.what());
   }
-  if (device == "cuda" && kv_choice.format != kv_format::full)
-    throw usage_error("--kv " + kv + ": quantized caches run on the CPU backend only so far (use --device cpu)");
+  if (device == "cuda" && kv_choice.format != kv_format::full &&
+      kv_choice.group != 32 && kv_choice.group != 64 && kv_choice.group != 128)
+    throw usage_error("--group: the GPU's quantized caches use groups of 32, 64 or 128 tokens, got " +
+                      std::to_string(kv_choice.group));
 
   sampling_params sp{temperature, top_p, top_k, seed};
   try {
@@ -114,7 +116,7 @@ int generate_main(int argc, char** argv) {
   // pinned memory for Llama-3.1 otherwise).
   const std::int64_t needed =
       std::min(max_context, std::int64_t(req.prompt.size()) + std::int64_t(req.max_tokens));
-  if (device == "cuda") return run_generate_cuda(m, req, eos, needed, prompt);
+  if (device == "cuda") return run_generate_cuda(m, req, eos, needed, prompt, kv_choice);
 
   // The CPU backend runs through the actor pipeline: one worker, the host
   // KV store, the transfer engine and planner, and the tracer with --trace.
