@@ -21,6 +21,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 
@@ -841,7 +843,16 @@ kernel_fn prepare(const packed_attention_args& a, launch_shape& sh) {
   off += round16(warps * heads * 2 * 4);
   sh.smem = off;
   const kernel_fn k = pick(d, nt, c.bits, lower);
-  CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, sh.smem));
+  // Raise the kernel's shared-memory limit once per size (not on every
+  // launch: a decode step replayed as a graph is captured after an eager run).
+  static std::mutex mu;
+  static std::map<kernel_fn, int> configured;
+  std::lock_guard<std::mutex> lock(mu);
+  int& have = configured[k];
+  if (have < sh.smem) {
+    CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, sh.smem));
+    have = sh.smem;
+  }
   return k;
 }
 
