@@ -91,9 +91,6 @@ __device__ __forceinline__ unsigned r1_code(unsigned raw) {
   return hfma2_bits(raw, frag::r1_mul(B), frag::r1_add(B));
 }
 __device__ __forceinline__ std::uint16_t f16_bits(float x) { return __half_as_ushort(__float2half_rn(x)); }
-__device__ __forceinline__ unsigned pack_f16(float lo, float hi) {
-  return unsigned(f16_bits(lo)) | (unsigned(f16_bits(hi)) << 16);
-}
 
 // D += A B, m16n8k16, f16 inputs, f32 accumulate (fragments: packed_fragments.hpp).
 __device__ __forceinline__ void mma16816(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
@@ -251,7 +248,7 @@ __global__ void __launch_bounds__(threads, 4) packed_attention_kernel(packed_att
   }
 
   float* q_s = reinterpret_cast<float*>(smem + sh.off_q);        // [HEADS][D]
-  unsigned* w_s = reinterpret_cast<unsigned*>(smem + sh.off_w);  // [group][KM][HEADS][4]
+  uint2* w_s = reinterpret_cast<uint2*>(smem + sh.off_w);  // [group][KM][HEADS][4][2]
   float* base_s = reinterpret_cast<float*>(smem + sh.off_base);  // [group][CHUNKS][HEADS]
   float* p_s = reinterpret_cast<float*>(smem + sh.off_p) + warp * HEADS * ps_stride;  // [HEADS][32 (+pad)]
   float* alpha_s = reinterpret_cast<float*>(smem + sh.off_alpha) + warp * HEADS;
@@ -333,11 +330,14 @@ __global__ void __launch_bounds__(threads, 4) packed_attention_kernel(packed_att
           s1 *= 0.0625f;
           s2 *= 0.0625f;
         }
-        unsigned* wf = w_s + ((gl * KM + m) * HEADS) * 4 + tt;
+        // B operands placed for both slots: [group][m][h][t][slot] = (b0, b1).
+        uint2* wf = w_s + ((gl * KM + m) * HEADS) * 8 + tt * 2;
 #pragma unroll
         for (int h = 0; h < HEADS; ++h) {
           const float q1 = q_s[h * D + c1], q2 = q_s[h * D + c2];
-          wf[h * 4] = pack_f16(q1 * s1, q2 * s2);
+          const unsigned w1 = f16_bits(q1 * s1), w2 = f16_bits(q2 * s2);
+          wf[h * 8 + 0] = make_uint2(frag::place(std::uint16_t(w1), 0), frag::place(std::uint16_t(w2), 0));
+          wf[h * 8 + 1] = make_uint2(frag::place(std::uint16_t(w1), 1), frag::place(std::uint16_t(w2), 1));
           const float part = detail::warp_sum(q1 * z1 + q2 * z2);
           if (lane == 0) base_s[(gl * CHUNKS + (r >> 5)) * HEADS + h] = part;
         }
@@ -358,7 +358,7 @@ __global__ void __launch_bounds__(threads, 4) packed_attention_kernel(packed_att
       if (packed) {
         const int gl = ws >> sh.log2_group;
         const unsigned char* kb = st + warp * 4 * B + 4 * frag::qword(B, g) + t * KCH;
-        const unsigned* wf = w_s + (gl * KM * HEADS + bh) * 4 + t;
+        const uint2* wf = w_s + ((gl * KM * HEADS + bh) * 4 + t) * 2 + bj;
 #pragma unroll 4
         for (int m = 0; m < KM; ++m) {
           const unsigned char* k1 = kb + 8 * m * KCH;  // channel 8 m + t
@@ -370,8 +370,8 @@ __global__ void __launch_bounds__(threads, 4) packed_attention_kernel(packed_att
             a_regs<B, false>(lds32(k1), lds32(k2), 0u, 0u, g, a0, a1, a2, a3);
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt) {
-            const unsigned pair = wf[(m * HEADS + nt * 4) * 4];
-            mma16816(s[nt], a0, a1, a2, a3, frag::byte_perm(pair, 0u, sel_lo), frag::byte_perm(pair, 0u, sel_hi));
+            const uint2 b = wf[(m * HEADS + nt * 4) * 8];
+            mma16816(s[nt], a0, a1, a2, a3, b.x, b.y);
           }
         }
 #pragma unroll
@@ -822,7 +822,7 @@ kernel_fn prepare(const packed_attention_args& a, launch_shape& sh) {
   sh.off_q = off;
   off += heads * d * 4;
   sh.off_w = off;
-  off += tile_groups * km * heads * 4 * 4;
+  off += tile_groups * km * heads * 4 * 2 * 8;
   sh.off_base = off;
   off += round16(tile_groups * (d / 64) * heads * 4);
   sh.off_p = off;

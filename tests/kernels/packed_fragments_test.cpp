@@ -120,11 +120,10 @@ TEST(packed_fragments, score_mmas_match_the_direct_products) {
               const int c1 = 8 * m + t, c2 = c1 + 4;
               a[std::size_t(lane)] = a_regs(f.bits, f.int8, word(upper, c1), word(upper, c2), word(lower, c1),
                                             word(lower, c2), g);
-              const std::uint32_t pair = std::uint32_t(f32_to_f16(w[std::size_t(frag::b_head(g) * d + c1)])) |
-                                         (std::uint32_t(f32_to_f16(w[std::size_t(frag::b_head(g) * d + c2)])) << 16);
+              // The kernel stores (b0, b1) placed for both slots and loads its own.
               const int bj = frag::b_slot(g);
-              b[std::size_t(lane)] = {frag::byte_perm(pair, 0, frag::place_lo_selector(bj)),
-                                      frag::byte_perm(pair, 0, frag::place_hi_selector(bj))};
+              b[std::size_t(lane)] = {frag::place(f32_to_f16(w[std::size_t(frag::b_head(g) * d + c1)]), bj),
+                                      frag::place(f32_to_f16(w[std::size_t(frag::b_head(g) * d + c2)]), bj)};
             }
             const auto dm = mma(a, b);
             for (int lane = 0; lane < 32; ++lane)
