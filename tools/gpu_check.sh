@@ -115,6 +115,27 @@ echo "---- decode attention, 64k, 32/8 heads, d=128 (ms, % of the bytes floor, v
 awk '$1 == "attention" || $1 == "qattn" {
        pct = $8; note = ""; for (i = 10; i <= NF; ++i) note = note " " $i;
        printf "%-6s b%-2s %8s ms %7s%s\n", $1, $2, $4, pct, note }' "$out/kernels.log" | cut -c1-170
+# Quantize on append per decode step of llama3-8b (32 layers): one flush of
+# every sequence every G steps plus the idle launch on the others, against
+# the decode step of the same mode at batch 8, 32k.
+awk -v step_log="$out/llama3_32k.log" '
+  BEGIN { while ((getline line < step_log) > 0) {
+            split(line, f, " ")
+            if (f[1] == "decode" && f[2] == 8 && line ~ /kivi 2-bit/) kivi_step = f[4]
+            if (f[1] == "decode" && f[2] == 8 && line ~ /hier INT8/) hier_step = f[4] } }
+  $1 == "qattn" && / quantize kivi/ { kflush = $4 } $1 == "qattn" && / quantize-idle kivi/ { kidle = $4 }
+  $1 == "qattn" && / quantize hier/ { hflush = $4 } $1 == "qattn" && / quantize-idle hier/ { hidle = $4 }
+  END {
+    if (kflush != "" && kidle != "") {
+      k = 32 * (kflush / 64 + kidle)
+      printf "quantize on append, kivi 2-bit G=64: %.4f ms per step", k
+      if (kivi_step > 0) printf " = %.2f%% of the kivi 2-bit b8 32k step (%s ms)", 100 * k / kivi_step, kivi_step
+      printf "\n" }
+    if (hflush != "" && hidle != "") {
+      h = 32 * (hflush / 128 + hidle)
+      printf "quantize on append, hier G=128: %.4f ms per step", h
+      if (hier_step > 0) printf " = %.2f%% of the hier INT8 b8 32k step (%s ms)", 100 * h / hier_step, hier_step
+      printf "\n" } }' "$out/kernels.log"
 echo "---- decode step, llama3-8b shape (ms, tok/s, % of floor; mode and KV memory in the note)"
 for b in llama3_32k llama3_128k; do
   awk '$1 == "decode" || $1 == "prefill" {
