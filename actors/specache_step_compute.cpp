@@ -65,8 +65,8 @@ class pipeline_link final : public specache_link {
 
   void exact(const specache_probs& p) override {
     needed_.choose(p, k_);
-    out_->spec.needed += needed_.total();
-    if (const specache_rows* r = read_[std::size_t(p.layer)]) out_->spec.hits += needed_.hits_in(*r);
+    out_->specache.needed += needed_.total();
+    if (const specache_rows* r = read_[std::size_t(p.layer)]) out_->specache.hits += needed_.hits_in(*r);
   }
 
  private:
@@ -111,8 +111,8 @@ class pipeline_link final : public specache_link {
       }
       r.count[std::size_t(h)] = std::int64_t(sel.positions.size());
     }
-    out_->spec.rows_fetched += t.n_rows;
-    out_->spec.bytes_fetched += t.n_rows * std::int64_t(t.row_bytes);
+    out_->specache.rows_fetched += t.n_rows;
+    out_->specache.bytes_fetched += t.n_rows * std::int64_t(t.row_bytes);
     return r;
   }
 
@@ -181,16 +181,16 @@ class specache_step_compute final : public step_compute {
       cache.begin(specache_step::prefill);
       fwd_.forward(e.tokens, cache, out.logits);
     } else if (opts_.config.prefetch == specache_prefetch::output) {
-      ++out.spec.steps;
+      ++out.specache.steps;
       cache.begin(specache_step::output);
       fwd_.forward(e.tokens, cache, out.logits);
     } else {
       if (!s.have_spec) throw std::logic_error("specache: a decode step before the pre-decoding");
-      ++out.spec.steps;
+      ++out.specache.steps;
       const std::int32_t token = e.tokens.at(0);
       if (s.guess_pos == e.pos0) {
-        ++out.spec.guesses;
-        out.spec.guess_hits += s.guess_token == token;
+        ++out.specache.guesses;
+        out.specache.guess_hits += s.guess_token == token;
       }
       const std::int32_t rows[2] = {token, s.spec_token};
       cache.begin(specache_step::speculative);

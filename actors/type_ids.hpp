@@ -128,7 +128,7 @@ typename Inspector::result_type inspect(Inspector& f, worker_usage& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, scheduler_stats& x) {
   return f(caf::meta::type_name("scheduler_stats"), x.requests_done, x.requests_failed, x.steps,
-           x.decode_steps, x.decode_roundtrip_us, x.decode_compute_us, x.steps_queued_ahead, x.spec);
+           x.decode_steps, x.decode_roundtrip_us, x.decode_compute_us, x.steps_queued_ahead, x.specache);
 }
 
 }  // namespace specpipe

@@ -13,6 +13,7 @@
 #include "apps/bench.hpp"
 #include "apps/cli_support.hpp"
 #include "apps/commands.hpp"
+#include "apps/eval_modes.hpp"
 #include "memory/allocator.hpp"
 #include "memory/kv_layout.hpp"
 #include "model/forward.hpp"
@@ -53,15 +54,21 @@ void print_table(const bench_options& o, const bench_report& r) {
   std::fflush(stdout);
 }
 
-std::vector<std::string> split_list(const std::string& text) {
-  std::vector<std::string> out;
-  std::string cur;
-  for (char ch : text + ",") {
-    if (ch != ',') {
-      cur += ch;
-    } else if (!cur.empty()) {
-      out.push_back(cur);
-      cur.clear();
+// The --kv list, MODE[:BITS] items (apps/eval_modes.hpp's syntax). An item
+// without bits takes --kv-bits where that is valid for its format (kivi
+// 1/2/4, hier 4/8), else the format's default; --group and --residual apply
+// to the formats that take them.
+std::vector<kv_mode> parse_bench_modes(const std::string& text, int bits, long long group, long long residual) {
+  std::vector<kv_mode> out;
+  for (const auto& item : parse_eval_modes(text, 0)) {
+    const std::string& kind = item.name;
+    int b = item.bits;
+    if (b == 0 && ((kind == "kivi" && (bits == 1 || bits == 2 || bits == 4)) || (kind == "hier" && (bits == 4 || bits == 8))))
+      b = bits;
+    try {
+      out.push_back(parse_kv_mode(kind, b, kind == "full" ? 0 : group, kind == "kivi" || kind == "specache" ? residual : 0));
+    } catch (const std::invalid_argument& e) {
+      throw usage_error(std::string("--kv ") + item.label() + ": " + e.what());
     }
   }
   return out;
@@ -70,9 +77,8 @@ std::vector<std::string> split_list(const std::string& text) {
 // KV bytes per sequence of each format at each context, as the decode loop
 // leaves them (tokens appended one at a time; memory/kv_layout.hpp's
 // quantized_tokens), with the full-precision window in f16 as a device holds
-// it. --kv-bits applies to the formats it is valid for (kivi 1/2/4, hier 4/8).
-int memory_report(const bench_options& o, const std::string& kinds, int bits, long long group, long long residual,
-                  const std::string& json_path) {
+// it.
+int memory_report(const bench_options& o, const std::vector<kv_mode>& modes, const std::string& json_path) {
   const auto& c = o.config;
   boost::json::array rows;
   std::printf("\nspecpipe bench --memory-only: %s (%lld layers, %lld KV heads, head_dim %lld)\n", o.model_name.c_str(),
@@ -82,16 +88,7 @@ int memory_report(const bench_options& o, const std::string& kinds, int bits, lo
               "MiB/sequence", "vs fp16");
   for (const long long ctx : o.contexts) {
     const double fp16 = double(fp16_bytes(ctx, c.head_dim, c.num_key_value_heads, c.num_hidden_layers));
-    for (const auto& kind : split_list(kinds)) {
-      int b = 0;
-      if ((kind == "kivi" && (bits == 1 || bits == 2 || bits == 4)) || (kind == "hier" && (bits == 4 || bits == 8)))
-        b = bits;
-      kv_mode m;
-      try {
-        m = parse_kv_mode(kind, b, kind == "full" ? 0 : group, kind == "kivi" || kind == "specache" ? residual : 0);
-      } catch (const std::invalid_argument& e) {
-        throw usage_error(e.what());
-      }
+    for (const kv_mode& m : modes) {
       double total = fp16, packed_per_token = 0;
       long long window = ctx;
       if (m.format != kv_format::full) {
@@ -157,10 +154,14 @@ int bench_main(int argc, char** argv) {
     ("no-overlap", "launch the GEMVs normally instead of as programmatic dependents (PDL)")
     ("memory-only", "run nothing: KV bytes per token and per sequence of each --kv format against fp16")
     ("kv", po::value(&kv_kinds)->default_value("full,kivi,specache,hier"),
-     "--memory-only formats: full, kivi, specache, hier; otherwise (CPU) what to decode with: full, quantspec")
-    ("kv-bits", po::value(&kv_bits)->default_value(0), "--memory-only: bits for kivi (1/2/4) and hier (4/8)")
-    ("group", po::value(&kv_group)->default_value(0),
-     "--memory-only and quantspec: quantization group G (0: each format's default)")
+     "KV cache modes, MODE[:BITS],...: full, kivi, specache, hier (--memory-only: all four by default; CUDA "
+     "decode: full unless given), and on the CPU: full, quantspec")
+    ("kv-bits", po::value(&kv_bits)->default_value(0),
+     "bits of the --kv modes given without :BITS, where valid: kivi (1/2/4) and hier (4/8)")
+    ("group", po::value(&kv_group)->default_value(0), "quantization group G (0: each format's default)")
+    ("residual", po::value(&kv_residual)->default_value(0), "kivi/specache window R (0: 64)")
+    ("packed-stages", po::value(&o.packed_stages)->default_value(3),
+     "CUDA decode: cp.async stages of the packed attention (2, 3 or 4)")
     ("gamma", po::value(&qso.gamma)->default_value("5"), "quantspec: draft tokens per round, or auto")
     ("weight-group", po::value(&qso.weight_group)->default_value(128),
      "quantspec: columns per scale of the 4-bit draft weights")
@@ -169,7 +170,6 @@ int bench_main(int argc, char** argv) {
      "quantspec: tokens decoded per measurement (and by the ar baseline)")
     ("acceptance", po::value(&qso.assume_acceptance)->default_value(0.0),
      "quantspec: also report the speedup the measured costs give at this acceptance rate (0: off)")
-    ("residual", po::value(&kv_residual)->default_value(0), "--memory-only: kivi/specache window R (0: 64)")
     ("fuse-swiglu", "decode: fuse the SwiGLU into the down GEMV's input load (GEMV v2)")
     ("no-fuse-swiglu", "decode: a SwiGLU kernel, then the plain down GEMV (v1; the default)")
     ("ksplit", "decode GEMVs may split k across the warps of a block (v2; the default)")
@@ -214,18 +214,36 @@ int bench_main(int argc, char** argv) {
     if (!c) throw usage_error("--preset: unknown preset '" + o.model_name + "' (known: " + join(preset_names()) + ")");
     o.config = *c;
   }
-  if (vm.count("memory-only")) return memory_report(o, kv_kinds, kv_bits, kv_group, kv_residual, json_path);
-  // Decoding runs: --kv picks the full-cache decode and/or QuantSpec (CPU).
+  if (o.packed_stages < 2 || o.packed_stages > 4)
+    throw usage_error("--packed-stages: must be 2, 3 or 4, got " + std::to_string(o.packed_stages));
+  // Decoding runs: --kv picks the full-cache decode, QuantSpec (CPU) and the
+  // GPU's quantized caches.
   bool run_full = true, run_quantspec = false;
+  std::string cache_kinds;
+  for (const auto& item : parse_eval_modes(kv_kinds, 0)) {
+    if (item.name == "quantspec") {
+      run_quantspec = true;
+      continue;
+    }
+    cache_kinds += (cache_kinds.empty() ? "" : ",") + item.label();
+  }
+  const auto modes = cache_kinds.empty() ? std::vector<kv_mode>{}
+                                         : parse_bench_modes(cache_kinds, kv_bits, kv_group, kv_residual);
+  if (vm.count("memory-only")) {
+    if (run_quantspec) throw usage_error("--memory-only: quantspec's cache is hier (list hier instead)");
+    return memory_report(o, modes, json_path);
+  }
   if (!vm["kv"].defaulted()) {
     run_full = false;
-    for (const auto& kind : split_list(kv_kinds)) {
-      if (kind == "full") run_full = true;
-      else if (kind == "quantspec") run_quantspec = true;
-      else throw usage_error("--kv: bench decodes with full or quantspec ('" + kind + "' is for --memory-only)");
-    }
+    for (const auto& m : modes) run_full = run_full || m.format == kv_format::full;
     if (run_quantspec && device != "cpu")
       throw usage_error("--kv quantspec: the QuantSpec bench runs on the CPU backend (use --device cpu)");
+    if (device == "cpu")
+      for (const auto& m : modes)
+        if (m.format != kv_format::full)
+          throw usage_error("--kv: the CPU benchmark decodes with full or quantspec (use --device cuda for the "
+                            "quantized caches, or --memory-only)");
+    if (device == "cuda") o.kv_modes = modes;
   }
   if (!run_quantspec && (!vm["gamma"].defaulted() || !vm["weight-group"].defaulted() || qso.quantize_lm_head ||
                          !vm["tokens"].defaulted() || !vm["acceptance"].defaulted()))
@@ -364,6 +382,12 @@ boost::json::value report_json(const bench_options& o, const bench_report& r) {
   if (o.fuse_swiglu) root["fuse_swiglu"] = *o.fuse_swiglu;
   if (o.k_split) root["gemv_k_split"] = *o.k_split;
   if (o.gemv_unroll) root["gemv_unroll"] = *o.gemv_unroll;
+  if (!o.kv_modes.empty()) {
+    boost::json::array modes;
+    for (const auto& m : o.kv_modes) modes.emplace_back(m.format == kv_format::full ? std::string("full") : m.describe());
+    root["kv_modes"] = std::move(modes);
+    root["packed_stages"] = o.packed_stages;
+  }
   boost::json::array notes;
   for (const auto& n : r.notes) notes.emplace_back(n);
   root["notes"] = std::move(notes);

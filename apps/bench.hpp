@@ -10,6 +10,7 @@
 #include <boost/json.hpp>
 
 #include "model/config.hpp"
+#include "model/kv_mode.hpp"
 #include "model/model.hpp"
 #include "model/weights.hpp"
 
@@ -31,6 +32,10 @@ struct bench_options {
   // The GEMV v2 switches of cuda_forward_options; unset: its defaults.
   std::optional<bool> fuse_swiglu, k_split;
   std::optional<int> gemv_unroll;
+  // CUDA decode: the KV cache modes to time at each context and batch
+  // (--kv full,kivi:1,specache,hier:4 ...); empty: full only.
+  std::vector<kv_mode> kv_modes;
+  int packed_stages = 3;  // cp.async stages of the packed attention
 };
 
 // One measured (or skipped) configuration.

@@ -22,6 +22,7 @@
 #include "kernels/cuda/int4_gemv.hpp"
 #include "kernels/int4_linear.hpp"
 #include "memory/allocator.hpp"
+#include "memory/kv_layout.hpp"
 #include "model/cuda_forward.hpp"
 #include "model/model.hpp"
 #endif
@@ -288,22 +289,32 @@ void kernel_points(const bench_options& o, bench_report& r, const kc::device_pro
 }
 
 // Decode attention over each quantized KV format against the bf16 kernel on
-// the same shape (64k context, batch 8, 32/8 heads, d=128), in the same run.
-void quant_points(bench_report& r) {
+// the same shape (64k context, batch 8, 32/8 heads, d=128), in the same run:
+// v1 and v2 per format, then v2's variants, SpeCache's mixed rows, the
+// scores and top-k, and quantize-on-append (kind "qattn"; notes name the
+// kernel first, so scripts can grep them).
+void quant_points(const bench_options& o, bench_report& r) {
   kc::quant_bench_options qo;
   qo.bandwidth = r.copy_bandwidth;
+  qo.repeats = o.repeats;
+  qo.warmup = o.warmup;
   for (const auto& q : kc::run_quant_attention_bench(qo)) {
     bench_point p;
     p.kind = "qattn";
-    p.batch = qo.batch;
+    p.batch = q.batch;
     p.context = qo.context;
     p.ms = q.ms;
     p.ms_spread = q.spread_ms;
     p.bytes = q.bytes;
-    p.roofline_ms = q.roofline_ms;
-    char note[160];
-    std::snprintf(note, sizeof note, "%s %d-bit, splits=%d, %.0f GB/s, %.2fx vs bf16", q.format.c_str(), q.bits,
-                  q.splits, q.gb_per_s, q.speedup_vs_bf16);
+    p.roofline_ms = q.bytes > 0 ? q.roofline_ms : 0;
+    char note[256];
+    if (q.kernel == "quantize" || q.kernel == "quantize-idle")
+      std::snprintf(note, sizeof note, "%s %s %d-bit, %s", q.kernel.c_str(), q.format.c_str(), q.bits,
+                    q.note.c_str());
+    else
+      std::snprintf(note, sizeof note, "%s %s %d-bit, splits=%d%s%s, %.0f GB/s, %.2fx vs bf16", q.kernel.c_str(),
+                    q.format.c_str(), q.bits, q.splits, q.note.empty() ? "" : ", ", q.note.c_str(), q.gb_per_s,
+                    q.speedup_vs_bf16);
     p.note = note;
     r.points.push_back(p);
   }
@@ -346,7 +357,7 @@ bench_report run_cuda_bench(const bench_options& o) {
   r.copy_bandwidth = kc::measure_copy_bandwidth(std::size_t(2) << 30, 20);
   if (o.kernels) {
     kernel_points(o, r, props);
-    quant_points(r);
+    quant_points(o, r);
     gather_points(r);
     return r;
   }
@@ -399,46 +410,73 @@ bench_report run_cuda_bench(const bench_options& o) {
     }
   }
 
+  const std::vector<kv_mode> modes = o.kv_modes.empty() ? std::vector<kv_mode>{kv_mode{}} : o.kv_modes;
   for (const long long ctx : o.contexts)
-    for (const long long b : o.batches) {
-      cuda_forward_options fo;
-      fo.max_batch = int(b);
-      fo.max_context = ctx + o.warmup + o.repeats + 2;
-      fo.prefill_chunk = 16;  // decode-only: keep the prefill scratch small
-      fo.prefill_attention_cublas = false;
-      fo.use_graphs = o.graphs;
-      apply_gemv_flags(o, fo);
-      const std::size_t need = cuda_forward::device_bytes(c, fo);
-      const std::size_t free = kc::query_memory().free;
-      if (need + (std::size_t(512) << 20) > free) {
-        r.points.push_back({"decode", b, ctx, true,
-                            "needs " + std::to_string(double(need) / gib).substr(0, 6) + " GiB, " +
-                                std::to_string(double(free) / gib).substr(0, 6) + " GiB free"});
-        continue;
+    for (const long long b : o.batches)
+      for (const kv_mode& mode : modes) {
+        const bool full = mode.format == kv_format::full;
+        const std::string label = full ? std::string("full (bf16)") : mode.describe();
+        cuda_forward_options fo;
+        fo.max_batch = int(b);
+        fo.max_context = ctx + o.warmup + o.repeats + 2;
+        fo.prefill_chunk = 16;  // decode-only: keep the prefill scratch small
+        fo.prefill_attention_cublas = false;
+        fo.use_graphs = o.graphs;
+        fo.kv = mode;
+        fo.kv_staging_tokens = 0;  // decode-only: no prefill staging area
+        fo.packed_stages = o.packed_stages;
+        apply_gemv_flags(o, fo);
+        std::size_t need = 0;
+        try {
+          need = cuda_forward::device_bytes(c, fo);
+        } catch (const std::invalid_argument& e) {
+          r.points.push_back({"decode", b, ctx, true, label + ": " + e.what()});
+          continue;
+        }
+        const std::size_t free = kc::query_memory().free;
+        if (need + (std::size_t(512) << 20) > free) {
+          r.points.push_back({"decode", b, ctx, true,
+                              label + ": needs " + std::to_string(double(need) / gib).substr(0, 6) + " GiB, " +
+                                  std::to_string(double(free) / gib).substr(0, 6) + " GiB free"});
+          continue;
+        }
+        cuda_forward fwd(*gpu, fo);
+        std::vector<int> slots(static_cast<std::size_t>(b));
+        for (int i = 0; i < int(b); ++i) {
+          slots[std::size_t(i)] = i;
+          fwd.fill_random_kv(i, ctx, 100 + std::uint64_t(i));
+        }
+        const auto toks = tokens(std::size_t(b));
+        const auto t = time_events(fwd.stream(), o.warmup, o.repeats, [&] { fwd.decode(slots, toks); });
+        // Per step: every weight once, and each sequence's K/V: ctx bf16 rows
+        // per layer, or its packed tokens at the mode's bytes per token plus
+        // the bf16 window (the steps add warmup + repeats tokens at most).
+        double kv_read = double(ctx) * kv_tok;
+        if (!full) {
+          const std::int64_t q = quantized_tokens(ctx, mode.group, mode.flush_at());
+          kv_read = double(q) * cuda_forward::kv_bytes_per_token(c, mode) + double(ctx - q) * kv_tok;
+        }
+        const double bytes = wbytes + double(b) * kv_read;
+        const double kv_gib = double(cuda_forward::kv_device_bytes(c, fo)) / gib;
+        char mem[160];
+        std::snprintf(mem, sizeof mem, "KV on device %.2f GiB (%.1f B/token, %.4fx bf16)", kv_gib,
+                      cuda_forward::kv_bytes_per_token(c, mode), cuda_forward::kv_bytes_per_token(c, mode) / kv_tok);
+        std::string how = label + ", " + mem + ", " + (o.graphs ? "CUDA graph, " : "eager launches, ") +
+                          gemv_variant(fo);
+        if (full) {
+          // The attention split count the step was captured with (v2 takes the
+          // blocks per SM from the occupancy; v1 assumed 2).
+          const int bps = kc::decode_attention_blocks_per_sm(int(c.num_attention_heads),
+                                                             int(c.num_key_value_heads), int(c.head_dim));
+          const int splits = kc::decode_attention_splits(int(b), int(c.num_key_value_heads), fo.max_context,
+                                                         props.sm_count, fo.max_splits, bps);
+          how += ", attention splits " + std::to_string(splits) + " (" + std::to_string(bps) + " blocks/SM)";
+        } else {
+          how += ", packed attention v2, " + std::to_string(fo.packed_stages) + " stages";
+        }
+        r.points.push_back({"decode", b, ctx, false, how, t.median, t.spread, double(b) / (t.median * 1e-3), bytes,
+                            bytes / r.copy_bandwidth * 1e3, used_gib()});
       }
-      cuda_forward fwd(*gpu, fo);
-      std::vector<int> slots(static_cast<std::size_t>(b));
-      for (int i = 0; i < int(b); ++i) {
-        slots[std::size_t(i)] = i;
-        fwd.fill_random_kv(i, ctx, 100 + std::uint64_t(i));
-      }
-      const auto toks = tokens(std::size_t(b));
-      const auto t = time_events(fwd.stream(), o.warmup, o.repeats, [&] { fwd.decode(slots, toks); });
-      // Per step: every weight once, and each sequence's K/V (about ctx rows
-      // per layer; the steps add warmup + repeats rows at most).
-      const double bytes = wbytes + double(b) * double(ctx) * kv_tok;
-      // The attention split count the step was captured with (v2 takes the
-      // blocks per SM from the occupancy; v1 assumed 2).
-      const int bps = kc::decode_attention_blocks_per_sm(int(c.num_attention_heads), int(c.num_key_value_heads),
-                                                         int(c.head_dim));
-      const int splits = kc::decode_attention_splits(int(b), int(c.num_key_value_heads), fo.max_context,
-                                                     props.sm_count, fo.max_splits, bps);
-      const std::string how = std::string(o.graphs ? "CUDA graph, " : "eager launches, ") + gemv_variant(fo) +
-                              ", attention splits " + std::to_string(splits) + " (" + std::to_string(bps) +
-                              " blocks/SM)";
-      r.points.push_back({"decode", b, ctx, false, how, t.median, t.spread,
-                          double(b) / (t.median * 1e-3), bytes, bytes / r.copy_bandwidth * 1e3, used_gib()});
-    }
   return r;
 }
 

@@ -113,8 +113,13 @@ int generate_main(int argc, char** argv) {
                                                      : " (or quantspec)"));
     }
   }
-  if (device == "cuda" && kv_choice.format != kv_format::full)
-    throw usage_error("--kv " + kv + ": quantized caches run on the CPU backend only so far (use --device cpu)");
+  if (device == "cuda" && kv_choice.speculative())
+    throw usage_error("--kv specache: the prefetch of 16-bit rows runs on the CPU backend so far (use --device cpu; "
+                      "on the GPU, --kv kivi --kv-bits 1 is the low-bit cache alone)");
+  if (device == "cuda" && kv_choice.format != kv_format::full &&
+      kv_choice.group != 32 && kv_choice.group != 64 && kv_choice.group != 128)
+    throw usage_error("--group: the GPU's quantized caches use groups of 32, 64 or 128 tokens, got " +
+                      std::to_string(kv_choice.group));
 
   sampling_params sp{temperature, top_p, top_k, seed};
   try {
@@ -149,7 +154,7 @@ int generate_main(int argc, char** argv) {
   // pinned memory for Llama-3.1 otherwise).
   const std::int64_t needed =
       std::min(max_context, std::int64_t(req.prompt.size()) + std::int64_t(req.max_tokens));
-  if (device == "cuda") return run_generate_cuda(m, req, eos, needed, prompt);
+  if (device == "cuda") return run_generate_cuda(m, req, eos, needed, prompt, kv_choice);
 
   // The CPU backend runs through the actor pipeline: one worker, the host
   // KV store, the transfer engine and planner, and the tracer with --trace.

@@ -10,11 +10,12 @@
 namespace specpipe::apps {
 
 int run_generate_cuda(const model& m, const generation_request& req, const std::vector<std::int32_t>& eos_ids,
-                      std::int64_t max_context, const std::string& prompt_text) {
+                      std::int64_t max_context, const std::string& prompt_text, const kv_mode& kv) {
   const cuda_model gpu(m.config, m.weights, 0);
   cuda_forward_options o;
   o.max_batch = 1;
   o.max_context = max_context;
+  o.kv = kv;
   cuda_forward fwd(gpu, o);
   cuda_decode_backend backend(fwd, 0, req.sampling);
 
@@ -25,7 +26,8 @@ int run_generate_cuda(const model& m, const generation_request& req, const std::
 
   // The first decode step of a batch size runs eagerly and the second is
   // captured as a CUDA graph; the rate counts them as the CPU path does.
-  print_timing_line(res, m.dir.filename().string(), "cuda", "full (bf16)");
+  print_timing_line(res, m.dir.filename().string(), "cuda",
+                    kv.format == kv_format::full ? std::string("full (bf16)") : kv.describe());
   return 0;
 }
 

@@ -1,7 +1,7 @@
 #pragma once
-// The Llama-family forward pass on the CUDA backend, full-precision path:
-// bf16 weights and a bf16 KV cache resident on one GPU, f32 math and an f32
-// residual stream. Plain C++ header (no CUDA types): in a build without CUDA
+// The Llama-family forward pass on the CUDA backend: bf16 weights and a KV
+// cache resident on one GPU (bf16 rows, or the quantized formats of
+// model/kv_mode.hpp), f32 math and an f32 residual stream. Plain C++ header (no CUDA types): in a build without CUDA
 // every constructor throws std::runtime_error.
 //
 // cuda_model owns the weights (uploaded once from host views, f32/f16
@@ -17,6 +17,7 @@
 
 #include "kernels/cuda/gemm.hpp"
 #include "model/config.hpp"
+#include "model/kv_mode.hpp"
 #include "model/sampler.hpp"
 #include "model/weights.hpp"
 
@@ -70,6 +71,20 @@ struct cuda_forward_options {
   bool prefill_attention_cublas = true;
   std::size_t prefill_scratch_bytes = std::size_t(256) << 20;
   kernels::cuda::gemm_impl gemm = kernels::cuda::gemm_impl::automatic;
+  // The KV cache (model/kv_mode.hpp). full: bf16 rows per slot. kivi,
+  // specache, hier: packed codes for max_context tokens per slot plus a bf16
+  // window ring, the window and flush rules of model/quantized_cache.hpp,
+  // quantized on the device as it fills, attention straight over the codes
+  // (model/cuda_packed_kv.hpp). hier's read (INT4 or INT8) starts at kv.bits
+  // and can be switched between forwards (set_kv_read).
+  kv_mode kv;
+  // Tokens one forward may append to the window directly (decode rows,
+  // draft/verify chunks); at most G. Longer prefills attend through the
+  // staging area of kv_staging_tokens positions (-1: max_context; 0: none,
+  // then such prefills are refused).
+  std::int64_t kv_max_append = 16;
+  std::int64_t kv_staging_tokens = -1;
+  int packed_stages = 3;  // cp.async stages of the packed attention: 2, 3 or 4
 };
 
 class cuda_forward {
@@ -84,8 +99,17 @@ class cuda_forward {
   const cuda_forward_options& options() const;
 
   std::int64_t length(int slot) const;
-  // Drops every token at position >= n of `slot` (0 empties it).
+  // Packed (quantized) tokens of `slot`; 0 in the full mode.
+  std::int64_t quantized(int slot) const;
+  // Drops every token at position >= n of `slot` (0 empties it). With a
+  // quantized cache only window tokens can be dropped (n >= quantized(slot),
+  // or n == 0): std::invalid_argument otherwise, as the CPU cache.
   void truncate(int slot, std::int64_t n);
+  // hier: read 4 (INT4, upper plane: QuantSpec's draft) or 8 (INT8: the
+  // target) bits from the next forward on. Other modes accept only their own
+  // bits. Each read has its own decode graphs.
+  void set_kv_read(int bits);
+  int kv_read() const;
 
   // Runs `tokens` for `slot` at positions length(slot) .. +n-1 in chunks of
   // prefill_chunk, appending their K/V. The last token's logits stay on the
@@ -114,8 +138,14 @@ class cuda_forward {
   // Device bytes this object allocates for `config` and `options` (KV cache
   // plus scratch), so callers can skip configurations that do not fit.
   static std::size_t device_bytes(const model_config& config, const cuda_forward_options& options);
+  // Device bytes of the KV cache alone for these options: bf16 rows (full),
+  // or packed runs + window rings + the prefill staging area.
+  static std::size_t kv_device_bytes(const model_config& config, const cuda_forward_options& options);
   // KV bytes one token occupies over all layers (K and V, bf16).
   static std::size_t kv_bytes_per_token(const model_config& config);
+  // The same for a cache mode: bf16 for full, else the packed codes, scales
+  // and zeros per token (memory/kv_layout.hpp; windows not included).
+  static double kv_bytes_per_token(const model_config& config, const kv_mode& mode);
 
   struct impl;
 

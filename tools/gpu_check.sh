@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The GPU check: runs the CUDA tests, `specpipe generate --device cuda` on the
-# embedded model, then the benchmarks, on a machine with an NVIDIA GPU, from a
-# build folder configured with -DSPECPIPE_CUDA=ON (built here if missing).
-# Logs and JSON go to $OUT; a compact summary is printed last. Files (at
-# most 8): build.log (only when it builds), tests.log, generate.log, a .log
-# per benchmark (kernels, llama3_32k, llama3_b1_variants, llama3_4k_128k) and
+# embedded model (every --kv mode), then the benchmarks, on a machine with an
+# NVIDIA GPU, from a build folder configured with -DSPECPIPE_CUDA=ON (built
+# here if missing). Logs and JSON go to $OUT; a compact summary table is
+# printed last. Files (at most 8): build.log (only when it builds), tests.log,
+# generate.log, a .log per benchmark (kernels, llama3_32k, llama3_128k) and
 # bench.json, one object holding every benchmark's JSON by name. About 6-8
 # minutes on an H200.
 #
@@ -32,21 +32,24 @@ SPECPIPE_BINARY_DIR="$(cd "$build" && pwd)"
 export SPECPIPE_BINARY_DIR
 
 status=0
-# 1. GPU tests: kernels, the whole-model checks (cuda_forward against the
-#    reference, cpu_forward, the default model and the transformers
-#    fixtures), and `generate --device cuda` through the CLI.
+# 1. GPU tests: kernels (bf16 and packed attention v1/v2, quantize-and-pack,
+#    top-k, ...), the whole-model checks (cuda_forward against the
+#    reference, cpu_forward, the default model, the transformers fixtures,
+#    and every --kv mode against the CPU cache of that mode), and
+#    `generate --device cuda` through the CLI.
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv > "$out/tests.log" 2>&1
 run_tests() {  # binary, filter
   [ -x "$1" ] || { echo "missing $1" >> "$out/tests.log"; status=1; return; }
   timeout 300 "$1" --gtest_filter="$2" >> "$out/tests.log" 2>&1 || status=1
 }
-run_tests "$build/tests/specpipe_kernels_tests" 'cuda*:Cuda*'
+run_tests "$build/tests/specpipe_kernels_tests" 'cuda*:Cuda*:packed*'
 run_tests "$build/tests/specpipe_model_tests" 'cuda*:Cuda*'
 run_tests "$build/tests/specpipe_apps_tests" 'Cuda*'
 tests_summary=$(grep -E '^\[  (PASSED|FAILED|SKIPPED) \]' "$out/tests.log" | sort | uniq -c | tr '\n' ';')
 
 sp="$build/apps/specpipe"
-# 2. generate on the embedded model, greedy and sampled.
+# 2. generate on the embedded model: greedy and sampled on the full cache,
+#    then greedy over each quantized cache (200 tokens: several flushes).
 {
   echo "== greedy"
   timeout 60 "$sp" generate --device cuda --prompt 'The old man looked out over the sea and' -n 48 \
@@ -54,59 +57,37 @@ sp="$build/apps/specpipe"
   echo "== sampled (t 0.8, top-p 0.95, seed 1)"
   timeout 60 "$sp" generate --device cuda --prompt 'Once upon a time' -n 48 --temperature 0.8 --top-p 0.95 \
     --seed 1 2>&1
+  for kv in "kivi --kv-bits 2" "kivi --kv-bits 1" "specache" "hier --kv-bits 4" "hier --kv-bits 8"; do
+    echo "== greedy --kv $kv"
+    # shellcheck disable=SC2086  # the mode's flags are words
+    timeout 60 "$sp" generate --device cuda --kv $kv --prompt 'The old man looked out over the sea and' \
+      -n 200 --temperature 0 2>&1 | tail -c 600
+  done
 } > "$out/generate.log" 2>&1 || status=1
 
 # Each bench's JSON goes to a scratch folder first and into bench.json at
 # the end, so $OUT keeps few files however many runs there are.
 json_dir=$(mktemp -d)
 trap 'rm -rf "$json_dir"' EXIT
-run_bench_into() {  # log name, json name, args...
-  local log=$1 name=$2
-  shift 2
-  timeout 240 "$sp" bench "$@" --json "$json_dir/$name.json" >> "$out/$log.log" 2>&1 || {
-    echo "bench $name failed (rc $?)" >> "$out/$log.log"
-    status=1
-  }
-}
 run_bench() {  # name, args...
   local name=$1
   shift
   : > "$out/$name.log"
-  run_bench_into "$name" "$name" "$@"
+  timeout 300 "$sp" bench "$@" --json "$json_dir/$name.json" >> "$out/$name.log" 2>&1 || {
+    echo "bench $name failed (rc $?)" >> "$out/$name.log"
+    status=1
+  }
 }
-# 3. Decode attention and the GEMV (m = 1, 2, 4, 8, own and cuBLAS) alone;
-#    the batch-1 GEMVs of one llama3-8b layer per GEMV variant (unroll 2/4 x
-#    k-split on/off, fused SwiGLU down against SwiGLU kernel + plain down).
+# 3. Kernels alone: decode attention bf16 / packed v1 / packed v2 per format
+#    at 64k, batch 8, 32/8 heads (v2: stages, batch 1, mixed rows, scores,
+#    top-k, quantize-on-append), the GEMVs, the gathers.
 run_bench kernels --kernels --repeats 30 --warmup 5
-# 4. llama3-8b shapes (random weights): prefill 2048 (tensor-core and
-#    CUDA-core attention), decode at 32k for batch 1, 4, 8, 16.
-run_bench llama3_32k --preset llama3-8b --device cuda --batch 1,4,8,16 --context 32768 --repeats 20 --warmup 3
-# 5. The batch-1 regression of v2 (kernels/cuda/NOTES.md, version 3): decode
-#    at 32k under each GEMV v2 switch, every flag spelled out so a line does
-#    not depend on the build's defaults. v2 is what round 2 measured (7.27
-#    ms); v1 shape should give back v1's 6.43 ms.
-variants=(
-  "v2|--fuse-swiglu --ksplit --gemv-unroll 4"
-  "v2 --no-fuse-swiglu|--no-fuse-swiglu --ksplit --gemv-unroll 4"
-  "v2 --no-ksplit|--fuse-swiglu --no-ksplit --gemv-unroll 4"
-  "v2 both|--no-fuse-swiglu --no-ksplit --gemv-unroll 4"
-  "v2 both --no-overlap|--no-fuse-swiglu --no-ksplit --gemv-unroll 4 --no-overlap"
-  "v1 shape (both, no PDL, unroll 2)|--no-fuse-swiglu --no-ksplit --gemv-unroll 2 --no-overlap"
-  "v3 default|"
-)
-: > "$out/llama3_b1_variants.log"
-i=0
-for v in "${variants[@]}"; do
-  i=$((i + 1))
-  label=${v%%|*}
-  flags=${v#*|}
-  echo "== variant $i: $label: ${flags:-(no flags)}" >> "$out/llama3_b1_variants.log"
-  # shellcheck disable=SC2086  # the flags are words
-  run_bench_into llama3_b1_variants "llama3_b1_variant$i" --preset llama3-8b --device cuda --batch 1 \
-    --context 32768 --repeats 20 --warmup 3 --prefill-tokens 0 $flags
-done
-run_bench llama3_4k_128k --preset llama3-8b --device cuda --batch 1 --context 4096,131072 --repeats 20 \
-  --warmup 3 --prefill-tokens 0
+# 4. llama3-8b shape (random weights): prefill 2048, then decode at 32k for
+#    batch 1 and 8 over every cache mode; then 128k at batch 1.
+run_bench llama3_32k --preset llama3-8b --device cuda --batch 1,8 --context 32768 --repeats 20 --warmup 3 \
+  --kv full,kivi:1,kivi:2,kivi:4,specache,hier:4,hier:8
+run_bench llama3_128k --preset llama3-8b --device cuda --batch 1 --context 131072 --repeats 10 --warmup 2 \
+  --prefill-tokens 0 --kv full,kivi:2,specache,hier:8
 
 # All JSON in one file: {"name": report, ...}.
 {
@@ -123,14 +104,46 @@ run_bench llama3_4k_128k --preset llama3-8b --device cuda --batch 1 --context 40
 
 echo
 echo "==== logs and JSON in $out ===="
-echo "---- generate --device cuda"
-cat "$out/generate.log"
+echo "---- generate --device cuda (timing lines)"
+grep -E '^== |tok/s' "$out/generate.log" | cut -c1-160
 echo "---- tests: $tests_summary"
-grep -hE '^(FAILED|\[  FAILED)|Failure|Expected|actual' "$out/tests.log" | head -20
-for b in kernels llama3_32k llama3_b1_variants llama3_4k_128k; do
-  echo "---- $b"
-  pattern='^(measured|attention|qattn|gemv|swiglu|layer|gather|prefill|decode|kind|bench .* failed)'
-  [ "$b" = llama3_b1_variants ] && pattern='^(== variant|decode|bench .* failed)'
-  grep -E "$pattern" "$out/$b.log" || tail -5 "$out/$b.log"
+grep -hE '^(\[  FAILED  \])|Failure|Expected|actual|Which is' "$out/tests.log" | head -24
+echo "---- measured copy bandwidth"
+grep -h '^measured' "$out/kernels.log" | head -1
+echo "---- decode attention, 64k, 32/8 heads, d=128 (ms, % of the bytes floor, vs bf16; notes: kernel format bits)"
+# columns of print_table: kind batch context median spread tokens/s floor floor% peak note
+awk '$1 == "attention" || $1 == "qattn" {
+       pct = $8; note = ""; for (i = 10; i <= NF; ++i) note = note " " $i;
+       printf "%-6s b%-2s %8s ms %7s%s\n", $1, $2, $4, pct, note }' "$out/kernels.log" | cut -c1-170
+# Quantize on append per decode step of llama3-8b (32 layers): one flush of
+# every sequence every G steps plus the idle launch on the others, against
+# the decode step of the same mode at batch 8, 32k.
+awk -v step_log="$out/llama3_32k.log" '
+  BEGIN { while ((getline line < step_log) > 0) {
+            split(line, f, " ")
+            if (f[1] == "decode" && f[2] == 8 && line ~ /kivi 2-bit/) kivi_step = f[4]
+            if (f[1] == "decode" && f[2] == 8 && line ~ /hier INT8/) hier_step = f[4] } }
+  $1 == "qattn" && / quantize kivi/ { kflush = $4 } $1 == "qattn" && / quantize-idle kivi/ { kidle = $4 }
+  $1 == "qattn" && / quantize hier/ { hflush = $4 } $1 == "qattn" && / quantize-idle hier/ { hidle = $4 }
+  END {
+    if (kflush != "" && kidle != "") {
+      k = 32 * (kflush / 64 + kidle)
+      printf "quantize on append, kivi 2-bit G=64: %.4f ms per step", k
+      if (kivi_step > 0) printf " = %.2f%% of the kivi 2-bit b8 32k step (%s ms)", 100 * k / kivi_step, kivi_step
+      printf "\n" }
+    if (hflush != "" && hidle != "") {
+      h = 32 * (hflush / 128 + hidle)
+      printf "quantize on append, hier G=128: %.4f ms per step", h
+      if (hier_step > 0) printf " = %.2f%% of the hier INT8 b8 32k step (%s ms)", 100 * h / hier_step, hier_step
+      printf "\n" } }' "$out/kernels.log"
+echo "---- decode step, llama3-8b shape (ms, tok/s, % of floor; mode and KV memory in the note)"
+for b in llama3_32k llama3_128k; do
+  awk '$1 == "decode" || $1 == "prefill" {
+         if ($5 == "skipped:") { print; next }
+         note = ""; for (i = 10; i <= NF; ++i) note = note " " $i;
+         printf "%-8s b%-2s %7s %9s ms %9s tok/s %7s%s\n", $1, $2, $3, $4, $6, $8, note }' "$out/$b.log" |
+    sed -E 's/, (CUDA graph|eager launches), .*//' | cut -c1-170
+  grep -E 'bench .* failed' "$out/$b.log"
 done
+grep -hE 'bench .* failed' "$out/kernels.log"
 exit $status

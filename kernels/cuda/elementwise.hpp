@@ -23,7 +23,9 @@ void rmsnorm(float* residual, std::int64_t ld_res, const std::uint16_t* delta, s
 // q [n_heads, head_dim], k and v [n_kv_heads, head_dim]; angle = pos * inv_freq[i]:
 //   x'[i]       = x[i] cos - x[i + d/2] sin,   x'[i + d/2] = x[i + d/2] cos + x[i] sin.
 // q is rotated in place; rotated k and plain v are written to the caches at
-//   cache[((slot[t] * n_kv_heads + h) * capacity + pos[t]) * head_dim + i].
+//   cache[((slot[t] * n_kv_heads + h) * capacity + row) * head_dim + i],
+// row = pos[t], or pos[t] % ring for a ring of `ring` rows (the window of a
+// quantized cache; then capacity == ring).
 // inv_freq: head_dim/2 f32 (any scaling already applied by the caller).
 struct rope_append_args {
   std::uint16_t* qkv = nullptr;
@@ -36,6 +38,7 @@ struct rope_append_args {
   const float* inv_freq = nullptr;          // [head_dim / 2], device
   std::int64_t tokens = 0;
   int n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  std::int64_t ring = 0;  // 0: row = position
 };
 void rope_append(const rope_append_args& a, stream_t s);
 
@@ -55,6 +58,8 @@ void embedding(const std::uint16_t* embed, std::int64_t vocab, std::int64_t hidd
 void fill_uniform_bf16(std::uint16_t* dst, std::int64_t n, float lo, float hi, std::uint64_t seed,
                        stream_t s);
 void fill_uniform_f32(float* dst, std::int64_t n, float lo, float hi, std::uint64_t seed, stream_t s);
+// The same in f16 (packed-cache scales and zeros for benchmarks).
+void fill_uniform_f16(std::uint16_t* dst, std::int64_t n, float lo, float hi, std::uint64_t seed, stream_t s);
 
 // Element type conversion on upload: src of `src_dtype` (0 = f32, 1 = f16,
 // 2 = bf16, as memory/dtype.hpp orders them) to bf16 or f32.

@@ -5,6 +5,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/elementwise.hpp"
@@ -25,7 +26,8 @@ __global__ void fill_uniform_kernel(T* dst, std::int64_t n, float lo, float span
   for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += std::int64_t(gridDim.x) * blockDim.x) {
     const float v = lo + span * detail::uniform01(seed, std::uint64_t(i));
-    if constexpr (sizeof(T) == 2) dst[i] = __float2bfloat16(v);
+    if constexpr (std::is_same_v<T, __half>) dst[i] = __float2half_rn(v);
+    else if constexpr (sizeof(T) == 2) dst[i] = __float2bfloat16(v);
     else dst[i] = v;
   }
 }
@@ -61,6 +63,13 @@ void fill_uniform_bf16(std::uint16_t* dst, std::int64_t n, float lo, float hi, s
   if (n <= 0) return;
   fill_uniform_kernel<<<grid_for(n, 256), 256, 0, as_stream(s)>>>(reinterpret_cast<bf16*>(dst), n,
                                                                   lo, hi - lo, seed);
+  CUDA_CHECK_LAUNCH();
+}
+
+void fill_uniform_f16(std::uint16_t* dst, std::int64_t n, float lo, float hi, std::uint64_t seed, stream_t s) {
+  if (n <= 0) return;
+  fill_uniform_kernel<<<grid_for(n, 256), 256, 0, as_stream(s)>>>(reinterpret_cast<__half*>(dst), n, lo, hi - lo,
+                                                                  seed);
   CUDA_CHECK_LAUNCH();
 }
 

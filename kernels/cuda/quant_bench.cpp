@@ -1,16 +1,22 @@
 // run_quant_attention_bench (quant_bench.hpp): one shape, the bf16 kernel as
-// the baseline and every packed format, CUDA events after warm-up, median.
+// the baseline and every packed format through v1 and v2, CUDA events after
+// warm-up, median.
 #include "kernels/cuda/quant_bench.hpp"
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <string>
 #include <random>
 #include <vector>
 
 #include "kernels/cuda/attention.hpp"
 #include "kernels/cuda/device.hpp"
 #include "kernels/cuda/elementwise.hpp"
+#include "kernels/cuda/packed_attention.hpp"
+#include "kernels/cuda/quantize.hpp"
 #include "kernels/cuda/quantized_attention.hpp"
+#include "kernels/cuda/topk.hpp"
 #include "memory/allocator.hpp"
 #include "memory/dtype.hpp"
 
@@ -51,6 +57,290 @@ struct format_point {
   int bits;
   bool lower;
 };
+
+// The device cache of the v2 rows: every (sequence, KV head) one run per
+// array, sized for the widest format (4-bit, two planes), random bytes as
+// codes, finite f16 scales and zeros, a bf16 window ring.
+struct v2_cache {
+  int batch, nkv, d, group, win_cap;
+  std::int64_t n_quant, window, groups;
+  buffer kc, kl, vc, vl, ks, kz, vs, vz, wk, wv;
+  v2_cache(allocator& dev, stream& st, int b, int kv, int hd, int g, std::int64_t nq, std::int64_t win,
+           std::uint64_t seed)
+      : batch(b), nkv(kv), d(hd), group(g), win_cap(int(win) + 16), n_quant(nq), window(win), groups(nq / g) {
+    const std::size_t runs = std::size_t(b) * std::size_t(kv);
+    const std::size_t plane = runs * std::size_t(nq) * std::size_t(hd) * 4 / 8 + 16;
+    const std::size_t sc = runs * std::size_t(std::max<std::int64_t>(groups, 1)) * std::size_t(hd) + 8;
+    const std::size_t vsc = runs * std::size_t(nq) * std::size_t(hd / std::min(g, hd)) + 8;
+    const std::size_t ring = runs * std::size_t(win_cap) * std::size_t(hd);
+    kc = buffer(dev, plane);
+    kl = buffer(dev, plane);
+    vc = buffer(dev, plane);
+    vl = buffer(dev, plane);
+    ks = buffer(dev, sc * 2);
+    kz = buffer(dev, sc * 2);
+    vs = buffer(dev, vsc * 2);
+    vz = buffer(dev, vsc * 2);
+    wk = buffer(dev, ring * 2);
+    wv = buffer(dev, ring * 2);
+    std::uint64_t k = seed;
+    for (buffer* p : {&kc, &kl, &vc, &vl})
+      fill_uniform_bf16(p->as<std::uint16_t>(), std::int64_t(p->size() / 2), -1, 1, ++k, st.get());
+    fill_uniform_f16(ks.as<std::uint16_t>(), std::int64_t(sc), 0.01f, 0.2f, ++k, st.get());
+    fill_uniform_f16(kz.as<std::uint16_t>(), std::int64_t(sc), -1.f, 0.f, ++k, st.get());
+    fill_uniform_f16(vs.as<std::uint16_t>(), std::int64_t(vsc), 0.01f, 0.2f, ++k, st.get());
+    fill_uniform_f16(vz.as<std::uint16_t>(), std::int64_t(vsc), -1.f, 0.f, ++k, st.get());
+    fill_uniform_bf16(wk.as<std::uint16_t>(), std::int64_t(ring), -1, 1, ++k, st.get());
+    fill_uniform_bf16(wv.as<std::uint16_t>(), std::int64_t(ring), -1, 1, ++k, st.get());
+    st.synchronize();
+  }
+  packed_cache_view view(int bits, bool lower) const {
+    packed_cache_view v;
+    v.bits = bits;
+    v.group = group;
+    v.head_dim = d;
+    v.n_kv_heads = nkv;
+    v.k_codes = kc.as<std::uint8_t>();
+    v.v_codes = vc.as<std::uint8_t>();
+    if (lower) {
+      v.k_lower = kl.as<std::uint8_t>();
+      v.v_lower = vl.as<std::uint8_t>();
+    }
+    v.k_scale = ks.as<std::uint16_t>();
+    v.k_zero = kz.as<std::uint16_t>();
+    v.v_scale = vs.as<std::uint16_t>();
+    v.v_zero = vz.as<std::uint16_t>();
+    v.k_run = std::max<std::int64_t>(groups, 1) * v.key_block_bytes();
+    v.ks_run = std::max<std::int64_t>(groups, 1) * d;
+    v.v_run = n_quant * v.value_row_bytes();
+    v.vs_run = n_quant * v.value_groups();
+    v.win_k = wk.as<std::uint16_t>();
+    v.win_v = wv.as<std::uint16_t>();
+    v.win_cap = win_cap;
+    return v;
+  }
+  // Bytes one entry's attention must read: codes (all planes), scales and
+  // zeros, window rows.
+  double bytes_per_entry(int bits, bool lower) const {
+    const int planes = lower ? 2 : 1;
+    const double per_group = double(planes) * d * group * bits / 8 + double(d) * 4;
+    const double per_token = double(planes) * d * bits / 8 + double(d / std::min(group, d)) * 4;
+    return double(nkv) * (double(groups) * per_group + double(n_quant) * per_token + double(window) * d * 4);
+  }
+};
+
+void run_v2(const quant_bench_options& o, const device_properties& props, allocator& dev, stream& st, buffer& q,
+            buffer& out, std::vector<quant_bench_row>& rows) {
+  const int batch = o.batch, nh = o.n_heads, nkv = o.n_kv_heads, d = o.head_dim;
+  const std::int64_t ctx = o.context;
+  const double q_bytes = double(batch) * nh * d * 2;
+  buffer part(dev, packed_attention_scratch_floats(batch, nh, d, o.max_splits) * 4);
+  buffer ints(dev, std::size_t(4 * batch) * 4);
+  auto entries = [&](std::int64_t nq, int n) {
+    std::vector<std::int32_t> host(std::size_t(4 * batch));
+    for (int b = 0; b < n; ++b) {
+      host[std::size_t(b)] = b;
+      host[std::size_t(batch + b)] = std::int32_t(nq);
+      host[std::size_t(2 * batch + b)] = std::int32_t(ctx);
+      host[std::size_t(3 * batch + b)] = b;  // scores row
+    }
+    copy_to_device(ints.data(), host.data(), host.size() * 4, st.get());
+    st.synchronize();
+  };
+  auto args_for = [&](const v2_cache& c, int bits, bool lower, int n, int stages) {
+    packed_attention_args a;
+    a.cache = c.view(bits, lower);
+    a.q = q.as<std::uint16_t>();
+    a.entry_slot = ints.as<std::int32_t>();
+    a.entry_quant = ints.as<std::int32_t>() + batch;
+    a.entry_len = ints.as<std::int32_t>() + 2 * batch;
+    a.out_bf16 = out.as<std::uint16_t>();
+    a.partial = part.as<float>();
+    a.entries = n;
+    a.n_heads = nh;
+    a.stages = stages;
+    a.scale = 1.f / std::sqrt(float(d));
+    a.splits = packed_attention_splits(n, nkv, packed_attention_tiles(c.n_quant, ctx), props.sm_count, o.max_splits,
+                                       packed_attention_blocks_per_sm(a));
+    return a;
+  };
+  auto add_row = [&](const char* kernel, const char* format, int bits, int n, const packed_attention_args& a,
+                     double bytes, const std::string& note, const std::function<void()>& body) {
+    const auto t = time_events(st.get(), o.warmup, o.repeats, body);
+    quant_bench_row r;
+    r.kernel = kernel;
+    r.format = format;
+    r.bits = bits;
+    r.batch = n;
+    r.stages = a.stages;
+    r.splits = a.splits;
+    r.ms = t.median;
+    r.spread_ms = t.spread;
+    r.bytes = bytes;
+    r.note = note;
+    rows.push_back(r);
+  };
+
+  const std::int64_t n_quant = std::max<std::int64_t>(0, (ctx - o.window) / o.group * o.group);
+  {
+    const v2_cache c(dev, st, batch, nkv, d, o.group, n_quant, ctx - n_quant, o.seed + 100);
+    entries(n_quant, batch);
+    const format_point formats[] = {{"kivi", 1, false}, {"kivi", 2, false}, {"kivi", 4, false},
+                                    {"hier-int4", 4, false}, {"hier-int8", 4, true}};
+    for (const auto& f : formats) {
+      const auto a = args_for(c, f.bits, f.lower, batch, 3);
+      const double bytes = c.bytes_per_entry(f.bits, f.lower) * batch + q_bytes;
+      add_row("v2", f.name, f.bits * (f.lower ? 2 : 1), batch, a, bytes,
+              std::to_string(packed_attention_smem_bytes(a) / 1024) + " KiB smem, " +
+                  std::to_string(packed_attention_blocks_per_sm(a)) + " blocks/SM",
+              [&] { packed_attention(a, st.get()); });
+    }
+    // Pipeline depth, 1 and 8 bits.
+    for (const auto& f : {formats[0], formats[4]})
+      for (const int stages : {2, 4}) {
+        const auto a = args_for(c, f.bits, f.lower, batch, stages);
+        add_row("v2", f.name, f.bits * (f.lower ? 2 : 1), batch, a, c.bytes_per_entry(f.bits, f.lower) * batch + q_bytes,
+                "stages " + std::to_string(stages), [&] { packed_attention(a, st.get()); });
+      }
+    // Batch 1 (splits fill the machine from one sequence).
+    for (const auto& f : {formats[0], formats[4]}) {
+      const auto a = args_for(c, f.bits, f.lower, 1, 3);
+      add_row("v2", f.name, f.bits * (f.lower ? 2 : 1), 1, a, c.bytes_per_entry(f.bits, f.lower) + q_bytes / batch,
+              "batch 1", [&] { packed_attention(a, st.get()); });
+    }
+    // SpeCache's step: 1 bit with 64 replaced rows per (sequence, KV head),
+    // positions spread over the context; then the raw scores of every
+    // sequence, and the top-64 from them.
+    {
+      const int k = 64;
+      std::vector<std::int32_t> pos(std::size_t(batch * nkv * k)), cnt(std::size_t(batch * nkv), k);
+      for (std::size_t i = 0; i < pos.size(); ++i) pos[i] = std::int32_t((i % std::size_t(k)) * (ctx / k) + 7);
+      buffer pd(dev, pos.size() * 4), cd(dev, cnt.size() * 4), rk(dev, pos.size() * std::size_t(d) * 2),
+          rv(dev, pos.size() * std::size_t(d) * 2);
+      copy_to_device(pd.data(), pos.data(), pos.size() * 4, st.get());
+      copy_to_device(cd.data(), cnt.data(), cnt.size() * 4, st.get());
+      fill_uniform_bf16(rk.as<std::uint16_t>(), std::int64_t(pos.size()) * d, -1, 1, o.seed + 200, st.get());
+      fill_uniform_bf16(rv.as<std::uint16_t>(), std::int64_t(pos.size()) * d, -1, 1, o.seed + 201, st.get());
+      auto a = args_for(c, 1, false, batch, 3);
+      a.rows.positions = pd.as<std::int32_t>();
+      a.rows.count = cd.as<std::int32_t>();
+      a.rows.stride = k;
+      a.rows.k = rk.as<std::uint16_t>();
+      a.rows.v = rv.as<std::uint16_t>();
+      const double row_bytes = double(pos.size()) * d * 2 * 2;
+      add_row("v2-mixed", "specache", 1, batch, a, c.bytes_per_entry(1, false) * batch + q_bytes + row_bytes,
+              "64 replaced rows per (sequence, KV head)", [&] { packed_attention(a, st.get()); });
+      buffer scores(dev, std::size_t(batch) * nh * std::size_t(ctx) * 4), ml(dev, std::size_t(batch) * nh * 2 * 4);
+      auto s = args_for(c, 1, false, batch, 3);
+      s.scores = scores.as<float>();
+      s.entry_scores_row = ints.as<std::int32_t>() + 3 * batch;
+      s.scores_stride = ctx;
+      s.ml = ml.as<float>();
+      const double score_bytes = double(batch) * nh * double(ctx) * 4;
+      add_row("v2-scores", "specache", 1, batch, s, c.bytes_per_entry(1, false) * batch + q_bytes + score_bytes,
+              "raw scores of every sequence written (f32)", [&] { packed_attention(s, st.get()); });
+      buffer scratch(dev, topk_scratch_floats(batch, nkv, int(ctx)) * 4), tp(dev, std::size_t(batch * nkv * k) * 4),
+          tc(dev, std::size_t(batch * nkv) * 4);
+      topk_args t;
+      t.values = scores.as<float>();
+      t.stride = ctx;
+      t.ml = ml.as<float>();
+      t.row_len = ints.as<std::int32_t>() + 2 * batch;
+      t.rows = batch;
+      t.n_heads = nh;
+      t.n_kv_heads = nkv;
+      t.k = k;
+      t.positions = tp.as<std::int32_t>();
+      t.count = tc.as<std::int32_t>();
+      t.scratch = scratch.as<float>();
+      t.max_len = int(ctx);
+      packed_attention_args none = s;
+      none.splits = 0;
+      // Scores read once, the averages written once and read by the four
+      // radix passes and the two gathers.
+      add_row("topk", "specache", 1, batch, none, score_bytes + 7.0 * double(batch) * nkv * double(ctx) * 4,
+              "k=64 per (sequence, KV head) from raw scores", [&] { topk_gqa(t, st.get()); });
+    }
+  }
+  // hier at its own default group (128).
+  if (o.group != 128) {
+    const std::int64_t nq128 = std::max<std::int64_t>(0, (ctx - o.window) / 128 * 128);
+    const v2_cache c(dev, st, batch, nkv, d, 128, nq128, ctx - nq128, o.seed + 300);
+    entries(nq128, batch);
+    for (const bool lower : {false, true}) {
+      const auto a = args_for(c, 4, lower, batch, 3);
+      add_row("v2", lower ? "hier-int8" : "hier-int4", lower ? 8 : 4, batch, a,
+              c.bytes_per_entry(4, lower) * batch + q_bytes, "G=128", [&] { packed_attention(a, st.get()); });
+    }
+  }
+  // Quantize on append: one group of every sequence and KV head (one layer),
+  // and the same launch with nothing due (what most decode steps pay).
+  for (const auto& f : {format_point{"kivi", 2, false}, format_point{"hier-int8", 4, true}}) {
+    const int g = f.lower ? 128 : o.group;
+    const int win_cap = 2 * g + 16;
+    const v2_cache c(dev, st, batch, nkv, d, g, std::int64_t(4) * g, 0, o.seed + 400);
+    buffer ring(dev, std::size_t(batch) * nkv * std::size_t(win_cap) * d * 2 * 2);
+    fill_uniform_bf16(ring.as<std::uint16_t>(), std::int64_t(ring.size() / 2), -1, 1, o.seed + 401, st.get());
+    buffer qi(dev, std::size_t(3 * batch) * 4);
+    std::vector<std::int32_t> host(std::size_t(3 * batch));
+    for (int b = 0; b < batch; ++b) {
+      host[std::size_t(b)] = b;
+      host[std::size_t(batch + b)] = 1;
+      host[std::size_t(2 * batch + b)] = 1;
+    }
+    const auto view = c.view(4, f.lower);
+    quantize_args qa;
+    qa.src.k = ring.as<std::uint16_t>();
+    qa.src.v = ring.as<std::uint16_t>() + std::size_t(batch) * nkv * std::size_t(win_cap) * d;
+    qa.src.head_stride = std::int64_t(win_cap) * d;
+    qa.src.slot_stride = std::int64_t(nkv) * qa.src.head_stride;
+    qa.src.row_stride = d;
+    qa.src.ring = win_cap;
+    qa.dst.k_codes = const_cast<std::uint8_t*>(view.k_codes);
+    qa.dst.v_codes = const_cast<std::uint8_t*>(view.v_codes);
+    if (f.lower) {
+      qa.dst.k_lower = const_cast<std::uint8_t*>(view.k_lower);
+      qa.dst.v_lower = const_cast<std::uint8_t*>(view.v_lower);
+    }
+    qa.dst.k_scale = const_cast<std::uint16_t*>(view.k_scale);
+    qa.dst.k_zero = const_cast<std::uint16_t*>(view.k_zero);
+    qa.dst.v_scale = const_cast<std::uint16_t*>(view.v_scale);
+    qa.dst.v_zero = const_cast<std::uint16_t*>(view.v_zero);
+    const int bits = f.lower ? 4 : f.bits;
+    qa.dst.k_head = std::int64_t(4) * d * g * bits / 8;
+    qa.dst.k_slot = nkv * qa.dst.k_head;
+    qa.dst.k_group = std::int64_t(d) * g * bits / 8;
+    qa.dst.ks_head = std::int64_t(4) * d;
+    qa.dst.ks_slot = nkv * qa.dst.ks_head;
+    qa.dst.ks_group = d;
+    const int ng = d / std::min(g, d);
+    qa.dst.v_head = std::int64_t(4) * g * d * bits / 8;
+    qa.dst.v_slot = nkv * qa.dst.v_head;
+    qa.dst.v_token = std::int64_t(d) * bits / 8;
+    qa.dst.vs_head = std::int64_t(4) * g * ng;
+    qa.dst.vs_slot = nkv * qa.dst.vs_head;
+    qa.dst.vs_token = ng;
+    qa.rule = f.lower ? quant_rule_gpu::hier : quant_rule_gpu::rtn;
+    qa.bits = bits;
+    qa.group = g;
+    qa.head_dim = d;
+    qa.n_kv_heads = nkv;
+    qa.entry_slot = qi.as<std::int32_t>();
+    qa.entry_first_group = qi.as<std::int32_t>() + batch;
+    qa.entry_groups = qi.as<std::int32_t>() + 2 * batch;
+    qa.entries = batch;
+    qa.max_groups = 1;
+    packed_attention_args none;
+    const double in_bytes = double(batch) * nkv * g * d * 2 * 2;
+    for (const bool idle : {false, true}) {
+      for (int b = 0; b < batch; ++b) host[std::size_t(2 * batch + b)] = idle ? 0 : 1;
+      copy_to_device(qi.data(), host.data(), host.size() * 4, st.get());
+      st.synchronize();
+      add_row(idle ? "quantize-idle" : "quantize", f.name, bits * (f.lower ? 2 : 1), batch, none,
+              idle ? 0.0 : in_bytes, "G=" + std::to_string(g) + ", one layer", [&] { quantize_groups(qa, st.get()); });
+    }
+  }
+}
 
 }  // namespace
 
@@ -102,7 +392,9 @@ std::vector<quant_bench_row> run_quant_attention_bench(const quant_bench_options
                                        decode_attention_blocks_per_sm(nh, nkv, d));
     const auto t = time_events(st.get(), o.warmup, o.repeats, [&] { decode_attention(a, st.get()); });
     quant_bench_row r;
+    r.kernel = "bf16";
     r.format = "bf16";
+    r.batch = batch;
     r.bits = 16;
     r.splits = a.splits;
     r.ms = t.median;
@@ -114,6 +406,7 @@ std::vector<quant_bench_row> run_quant_attention_bench(const quant_bench_options
 
   const format_point formats[] = {{"kivi", 1, false}, {"kivi", 2, false}, {"kivi", 4, false},
                                   {"hier-int4", 4, false}, {"hier-int8", 4, true}};
+  {  // v1 over the CPU's layout (its buffers freed before v2's)
   const int value_group = std::min(o.group, d), ngroups = d / value_group;
   const std::size_t groups = std::size_t(n_quant / o.group);
   // Allocated once at the largest (4-bit, two planes) size and reused.
@@ -170,14 +463,18 @@ std::vector<quant_bench_row> run_quant_attention_bench(const quant_bench_options
                             double(n_quant) * (planes * double(d) * f.bits / 8 + double(ngroups) * 4) +
                             double(win) * d * 2 * 2;
     quant_bench_row r;
+    r.kernel = "v1";
     r.format = f.name;
     r.bits = f.bits * planes;
+    r.batch = batch;
     r.splits = a.splits;
     r.ms = t.median;
     r.spread_ms = t.spread;
     r.bytes = per_pair * double(pairs) + q_bytes;
     rows.push_back(r);
   }
+  }
+  run_v2(o, props, *dev, st, q, out, rows);
   for (auto& r : rows) {
     r.gb_per_s = r.bytes / (r.ms * 1e-3) / 1e9;
     r.roofline_ms = r.bytes / o.bandwidth * 1e3;

@@ -1,9 +1,11 @@
 #pragma once
 // The quantized decode-attention case of `specpipe bench --kernels` (CUDA
-// builds only): the bf16 flash-decoding kernel and the packed-code kernel for
-// each format, timed in the same run on the same shape, with the bytes each
-// must read and its roofline at a bandwidth the caller passes in (measured in
-// that run, e.g. measure_copy_bandwidth). Plain data in and out.
+// builds only): the bf16 flash-decoding kernel and the packed-code kernels
+// (v1 and the tensor-core v2) for each format, timed in the same run on the
+// same shape, with the bytes each must read and its roofline at a bandwidth
+// the caller passes in (measured in that run, e.g. measure_copy_bandwidth);
+// then v2's pipeline depths, batch 1, SpeCache's mixed rows, the score
+// output and top-k, and the quantize-on-append launch. Plain data in and out.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -22,8 +24,17 @@ struct quant_bench_options {
 };
 
 struct quant_bench_row {
-  std::string format;       // "bf16", "kivi", "hier-int4", "hier-int8"
+  // "bf16" (the flash-decoding kernel), "v1" (quantized_attention.hpp), "v2"
+  // (packed_attention.hpp), "v2-mixed" (v2 with SpeCache's replaced rows),
+  // "v2-scores" (v2 writing raw scores of every entry), "topk" (GQA top-k
+  // from those scores), "quantize" (one flush of every sequence, one layer),
+  // "quantize-idle" (the same launch with nothing due).
+  std::string kernel = "bf16";
+  std::string format;       // "bf16", "kivi", "specache", "hier-int4", "hier-int8"
   int bits = 16;            // bits per element the read touches (codes only)
+  int batch = 0;
+  int stages = 0;           // v2 pipeline depth
+  std::string note;
   int splits = 1;
   double ms = 0;            // median of the repeats
   double spread_ms = 0;     // max - min of the repeats

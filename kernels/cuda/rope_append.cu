@@ -16,6 +16,7 @@ __global__ void __launch_bounds__(rope_threads) rope_append_kernel(rope_append_a
   const int half = a.head_dim / 2;
   const std::int32_t pos = a.positions[t];
   const std::int32_t slot = a.slots[t];
+  const std::int64_t crow = a.ring > 0 ? std::int64_t(pos) % a.ring : std::int64_t(pos);  // cache row
   bf16* row = reinterpret_cast<bf16*>(a.qkv) + t * a.ld_qkv;
   bf16* kc = reinterpret_cast<bf16*>(a.k_cache);
   bf16* vc = reinterpret_cast<bf16*>(a.v_cache);
@@ -41,7 +42,7 @@ __global__ void __launch_bounds__(rope_threads) rope_append_kernel(rope_append_a
         x[i + half] = r1;
       } else {
         const int kh = h - a.n_heads;
-        bf16* dst = kc + ((std::int64_t(slot) * a.n_kv_heads + kh) * a.capacity + pos) * a.head_dim;
+        bf16* dst = kc + ((std::int64_t(slot) * a.n_kv_heads + kh) * a.capacity + crow) * a.head_dim;
         dst[i] = r0;
         dst[i + half] = r1;
       }
@@ -50,7 +51,7 @@ __global__ void __launch_bounds__(rope_threads) rope_append_kernel(rope_append_a
       const int kh = e / a.head_dim;
       const int i = e - kh * a.head_dim;
       const bf16* v = row + std::int64_t(rot_heads) * a.head_dim;
-      vc[((std::int64_t(slot) * a.n_kv_heads + kh) * a.capacity + pos) * a.head_dim + i] = v[e];
+      vc[((std::int64_t(slot) * a.n_kv_heads + kh) * a.capacity + crow) * a.head_dim + i] = v[e];
     }
   }
 }

@@ -88,7 +88,7 @@ TEST_F(SpecachePipeline, EqualsTheSynchronousSessionTokenForToken) {
              options(ctx, k));
   const auto got = p.generate(1, req, {}, 60s);
   EXPECT_EQ(got.tokens, want);
-  const auto st = p.stats().spec;
+  const auto st = p.stats().specache;
   EXPECT_EQ(st.steps, n - 1);
   EXPECT_EQ(st.needed, s.stats().needed);
   EXPECT_EQ(st.hits, s.stats().hits);
@@ -124,7 +124,7 @@ TEST_F(SpecachePipeline, WithKAtLeastTheContextAndSlowTransfersItEqualsTheFullCa
     pipeline p(rt.system(), {make_specache_step_compute(m->config, m->weights, {ctx, 2, config(1024, mode)})}, o);
     const auto got = p.generate(1, req, {}, 60s);
     EXPECT_EQ(got.tokens, want) << (mode == specache_prefetch::output ? "output" : "speculative");
-    const auto st = p.stats().spec;
+    const auto st = p.stats().specache;
     EXPECT_EQ(st.hits, st.needed);
     EXPECT_GT(st.needed, 0);
   }

@@ -38,6 +38,34 @@ TEST(CudaGenerateCli, GreedyAndSampledRunsOnTheDefaultModel) {
   EXPECT_THAT(s1.err, HasSubstr("decode"));
 }
 
+// Every quantized cache on the GPU: the timing line names the mode; a short
+// greedy run (nothing quantized yet: the window holds the whole sequence)
+// prints what the CPU path prints over the same mode; a 200-token run, which
+// flushes groups along the way, completes.
+TEST(CudaGenerateCli, QuantizedCachesRunOnTheDefaultModel) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device visible (or a build without CUDA)";
+  for (const std::string kv : {"kivi --kv-bits 2", "kivi --kv-bits 1", "specache", "hier --kv-bits 4",
+                               "hier --kv-bits 8"}) {
+    SCOPED_TRACE(kv);
+    const auto g3 = run_specpipe("generate --device cuda --kv " + kv + " --prompt '" + prompt + "' -n 3 --temperature 0");
+    const auto c3 = run_specpipe("generate --device cpu --kv " + kv + " --prompt '" + prompt + "' -n 3 --temperature 0");
+    ASSERT_EQ(g3.exit_code, 0) << g3.err;
+    ASSERT_EQ(c3.exit_code, 0) << c3.err;
+    EXPECT_EQ(g3.out, c3.out);
+    EXPECT_THAT(g3.err, ::testing::AnyOf(HasSubstr("kivi"), HasSubstr("specache"), HasSubstr("hier")));
+    const auto g = run_specpipe("generate --device cuda --kv " + kv + " --prompt '" + prompt +
+                                "' -n 200 --ignore-eos --temperature 0");
+    ASSERT_EQ(g.exit_code, 0) << g.err;
+    EXPECT_THAT(g.err, HasSubstr("tok/s"));
+  }
+}
+
+TEST(CudaGenerateCli, QuantizedCacheGroupsTheGpuCannotReadAreRefused) {
+  const auto r = run_specpipe("generate --device cuda --kv kivi --group 16 --prompt hi -n 2");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("--group"));
+}
+
 TEST(CudaGenerateCli, WithoutADeviceSaysSo) {
   if (cuda_available()) GTEST_SKIP() << "a CUDA device is visible";
   const auto r = run_specpipe("generate --device cuda --prompt hi -n 2");

@@ -1,0 +1,933 @@
+// Decode attention over the device's packed KV cache on the tensor cores
+// (see packed_attention.hpp, packed_fragments.hpp and NOTES.md, "packed
+// decode attention, v2").
+//
+// Block = (split, KV head, entry), 4 warps. A split is a run of tiles of 128
+// positions (packed tokens, or window rows). Packed tiles come into shared
+// memory with 16-byte cp.async, `stages` deep; per tile the block first turns
+// the tile's key scales into the B operands of the score MMAs
+// (w[h][c] = f16(q_h,c s_c), with q pre-scaled by scale * log2 e) and the
+// zero terms base[h] = sum_c q_h,c z_c, then each warp takes 32 tokens:
+//   scores: D/8 MMAs m16n8k16 (codes x w), + base; window rows: f32 dots;
+//   online softmax per warp (log2 domain, FlashAttention-2 recurrences);
+//   values: 4 k-steps of 8 tokens x D/32 channel blocks of MMAs (codes x
+//   P' = f16(p s_t)), + sum_t p z_t in f32 per value group.
+// The four warps' (m, l, o) are merged in shared memory at the end of the
+// split, and a combine kernel merges the splits (Flash-Decoding).
+// INT8 read of the hierarchical cache: code = 16 U + L in [0, 255] (exact in
+// f16), k^ = (z - s/2) + (s/16) code (QuantSpec sec. 4.1).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/packed_attention.hpp"
+#include "kernels/cuda/packed_fragments.hpp"
+#include "kernels/cuda/vec.cuh"
+
+namespace specpipe::kernels::cuda {
+namespace {
+
+using detail::bf16;
+
+constexpr int warps = 4;
+constexpr int threads = 32 * warps;
+constexpr int tile_tokens = 128;  // positions per tile: 32 per warp
+constexpr float log2e = 1.4426950408889634f;
+// Row stride of the per-warp probability rows: heads g & 3 read token t at
+// banks 4 h + t, conflict-free.
+constexpr int ps_stride = 36;
+
+// Byte offsets of the shared-memory carve-up and run-time shape values.
+struct launch_shape {
+  int gq = 4;             // query heads per KV head
+  int log2_group = 6;     // log2 G
+  int log2_vgroup32 = 1;  // log2 (value group / 32)
+  int ngroups = 2;        // value groups per row
+  int stages = 3;
+  int stage_bytes = 0;
+  int off_kl = 0, off_ks = 0, off_kz = 0, off_vc = 0, off_vl = 0, off_vs = 0, off_vz = 0;  // within a stage
+  int off_q = 0, off_w = 0, off_base = 0, off_p = 0, off_alpha = 0, off_rep = 0, off_reps = 0, off_pp = 0,
+      off_zz = 0, off_zsum = 0, off_ml = 0, smem = 0;
+};
+
+int round16(int x) { return (x + 15) / 16 * 16; }
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+// Waits until at most `pending` groups are in flight (pending in 0..2).
+__device__ __forceinline__ void cp_async_wait_dyn(int pending) {
+  if (pending <= 0)
+    cp_async_wait<0>();
+  else if (pending == 1)
+    cp_async_wait<1>();
+  else
+    cp_async_wait<2>();
+}
+
+__device__ __forceinline__ unsigned lds32(const unsigned char* p) { return *reinterpret_cast<const unsigned*>(p); }
+__device__ __forceinline__ float h2f(std::uint16_t h) { return __half2float(__ushort_as_half(h)); }
+
+// f16x2 arithmetic on raw registers.
+__device__ __forceinline__ unsigned hfma2_bits(unsigned x, float mul, float add) {
+  __half2 h = *reinterpret_cast<const __half2*>(&x);
+  h = __hfma2(h, __float2half2_rn(mul), __float2half2_rn(add));
+  return *reinterpret_cast<const unsigned*>(&h);
+}
+__device__ __forceinline__ unsigned r0_code(unsigned raw) { return hfma2_bits(raw, 1.f, -1024.f); }
+template <int B>
+__device__ __forceinline__ unsigned r1_code(unsigned raw) {
+  return hfma2_bits(raw, frag::r1_mul(B), frag::r1_add(B));
+}
+__device__ __forceinline__ std::uint16_t f16_bits(float x) { return __half_as_ushort(__float2half_rn(x)); }
+
+// D += A B, m16n8k16, f16 inputs, f32 accumulate (fragments: packed_fragments.hpp).
+__device__ __forceinline__ void mma16816(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                         unsigned b0, unsigned b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// The four A registers of one lane from its two code words (and, INT8, the
+// lower-plane words at the same offsets): rows g and g+8 of each word.
+template <int B, bool LOWER>
+__device__ __forceinline__ void a_regs(unsigned w1, unsigned w2, unsigned l1, unsigned l2, int g, unsigned& a0,
+                                       unsigned& a1, unsigned& a2, unsigned& a3) {
+  if constexpr (LOWER) {
+    const frag::raw_pair x = frag::extract_int8(w1, l1, g), y = frag::extract_int8(w2, l2, g);
+    a0 = r0_code(x.r0);
+    a1 = r0_code(x.r1);
+    a2 = r0_code(y.r0);
+    a3 = r0_code(y.r1);
+  } else {
+    const frag::raw_pair x = frag::extract(w1, B, g), y = frag::extract(w2, B, g);
+    a0 = r0_code(x.r0);
+    a1 = r1_code<B>(x.r1);
+    a2 = r0_code(y.r0);
+    a3 = r1_code<B>(y.r1);
+  }
+}
+
+// A lane's code word of each of the CB channel blocks of one token row (at
+// cb * 4 * B bytes from `p`): one vector load when the words are adjacent
+// (1 bit: a whole 16- or 8-byte row), else one load per block.
+template <int B, int CB>
+__device__ __forceinline__ void load_words(const unsigned char* p, unsigned (&w)[CB]) {
+  if constexpr (B == 1 && CB == 4) {
+    const uint4 v = *reinterpret_cast<const uint4*>(p);
+    w[0] = v.x;
+    w[1] = v.y;
+    w[2] = v.z;
+    w[3] = v.w;
+  } else if constexpr (B == 1 && CB == 2) {
+    const uint2 v = *reinterpret_cast<const uint2*>(p);
+    w[0] = v.x;
+    w[1] = v.y;
+  } else {
+#pragma unroll
+    for (int cb = 0; cb < CB; ++cb) w[cb] = lds32(p + cb * 4 * B);
+  }
+}
+
+__device__ __forceinline__ void cp_async_n(void* smem, const void* gmem, int n) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  if (n == 16)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+  else if (n == 8)
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(s), "l"(gmem));
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(gmem));
+}
+
+template <int D, int B, bool LOWER, int NT>
+__global__ void __launch_bounds__(threads, 4) packed_attention_kernel(packed_attention_args a, launch_shape sh) {
+  constexpr int HEADS = 4 * NT;   // query-head columns of the block (gq of them real)
+  constexpr int KM = D / 8;       // score MMAs per slice
+  constexpr int CB = D / 32;      // value channel blocks
+  constexpr int ROW = D * B / 8;  // bytes of one token in one code plane (keys and values)
+  constexpr int KCH = 16 * B;     // bytes of one channel's 128 tile tokens in the transposed key stage
+  constexpr int CHUNKS = D / 64;  // 32-item warp chunks of the w preparation per group
+  extern __shared__ __align__(16) unsigned char smem[];
+
+  const int split = blockIdx.x, kh = blockIdx.y, e = blockIdx.z;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const packed_cache_view& c = a.cache;
+  const int gq = sh.gq, nkv = c.n_kv_heads;
+  const int G = 1 << sh.log2_group;
+  const int S = sh.stages;
+
+  const int slot = a.entry_slot[e];
+  const int len = a.entry_len[e];
+  const int nq = min(a.entry_quant[e], len);  // packed positions attended
+  const int ptiles = (nq + tile_tokens - 1) / tile_tokens;
+  const int tiles = ptiles + (len - nq + tile_tokens - 1) / tile_tokens;
+  const int eff = min(a.splits, tiles);
+  const int chunk = (tiles + eff - 1) / eff;
+  const int first = split * chunk;
+  const int last = min(tiles, first + chunk);
+
+  float* part_o = a.partial;
+  float* part_ml = a.partial + std::int64_t(a.entries) * a.n_heads * a.splits * D;
+  const std::int64_t bh0 = std::int64_t(e) * a.n_heads + std::int64_t(kh) * gq;
+  if (first >= last) {
+    if (tid < gq) {
+      part_ml[((bh0 + tid) * a.splits + split) * 2 + 0] = -INFINITY;
+      part_ml[((bh0 + tid) * a.splits + split) * 2 + 1] = 0.f;
+    }
+    return;
+  }
+
+  const std::int64_t run = std::int64_t(slot) * nkv + kh;
+  const unsigned char* kc_g = c.k_codes + run * c.k_run;
+  const unsigned char* kl_g = LOWER ? c.k_lower + run * c.k_run : nullptr;
+  const std::uint16_t* ks_g = c.k_scale + run * c.ks_run;
+  const std::uint16_t* kz_g = c.k_zero + run * c.ks_run;
+  const unsigned char* vc_g = c.v_codes + run * c.v_run;
+  const unsigned char* vl_g = LOWER ? c.v_lower + run * c.v_run : nullptr;
+  const std::uint16_t* vs_g = c.v_scale + run * c.vs_run;
+  const std::uint16_t* vz_g = c.v_zero + run * c.vs_run;
+  const bf16* wk_g = reinterpret_cast<const bf16*>(c.win_k) + run * c.win_cap * D;
+  const bf16* wv_g = reinterpret_cast<const bf16*>(c.win_v) + run * c.win_cap * D;
+  const int ngroups = sh.ngroups;
+
+  auto copy16 = [&](unsigned char* dst, const void* src, int bytes) {
+    const unsigned char* s8 = static_cast<const unsigned char*>(src);
+    for (int i = tid * 16; i < bytes; i += threads * 16) cp_async16(dst + i, s8 + i);
+  };
+  // Key blocks are transposed on the way in: channel c's codes of the tile's
+  // groups become one stream of KCH bytes at c * KCH, so that the score loop
+  // addresses every channel at a compile-time offset whatever G is. Copies of
+  // min(16, G b / 8) bytes (the bytes of one channel of one group, or 16).
+  auto copy_keys = [&](unsigned char* dst, const unsigned char* src, int ng) {
+    const int chan = (G * B) >> 3, unit = min(16, chan);
+    const int units = ng * D * chan / unit;
+    for (int u = tid; u < units; u += threads) {
+      const int byte = u * unit;                 // within the tile's blocks
+      const int gi = byte / (D * chan);          // group of the tile
+      const int rem = byte - gi * D * chan;
+      const int ch = rem / chan, k = rem - ch * chan;
+      cp_async_n(dst + ch * KCH + gi * chan + k, src + byte, unit);
+    }
+  };
+  // Packed tile: its whole groups (the last may run past the attended
+  // positions: the codes exist up to the slot's packed length).
+  auto load_tile = [&](int tile, int buf) {
+    if (tile >= ptiles) return;  // window rows are read straight from global memory
+    unsigned char* st = smem + buf * sh.stage_bytes;
+    const int p0 = tile * tile_tokens;
+    const int ng = (min(tile_tokens, nq - p0) + G - 1) >> sh.log2_group;
+    const int ntok = ng << sh.log2_group;
+    const std::int64_t g0 = p0 >> sh.log2_group;
+    copy_keys(st, kc_g + std::int64_t(p0) * ROW, ng);
+    if constexpr (LOWER) copy_keys(st + sh.off_kl, kl_g + std::int64_t(p0) * ROW, ng);
+    copy16(st + sh.off_ks, ks_g + g0 * D, ng * D * 2);
+    copy16(st + sh.off_kz, kz_g + g0 * D, ng * D * 2);
+    copy16(st + sh.off_vc, vc_g + std::int64_t(p0) * ROW, ntok * ROW);
+    if constexpr (LOWER) copy16(st + sh.off_vl, vl_g + std::int64_t(p0) * ROW, ntok * ROW);
+    copy16(st + sh.off_vs, vs_g + std::int64_t(p0) * ngroups, ntok * ngroups * 2);
+    copy16(st + sh.off_vz, vz_g + std::int64_t(p0) * ngroups, ntok * ngroups * 2);
+  };
+
+  for (int i = 0; i < S - 1; ++i) {
+    if (first + i < last) load_tile(first + i, i);
+    cp_async_commit();
+  }
+
+  float* q_s = reinterpret_cast<float*>(smem + sh.off_q);        // [HEADS][D]
+  uint2* w_s = reinterpret_cast<uint2*>(smem + sh.off_w);  // [group][KM][HEADS][4][2]
+  float* base_s = reinterpret_cast<float*>(smem + sh.off_base);  // [group][CHUNKS][HEADS]
+  float* p_s = reinterpret_cast<float*>(smem + sh.off_p) + warp * HEADS * ps_stride;  // [HEADS][32 (+pad)]
+  float* alpha_s = reinterpret_cast<float*>(smem + sh.off_alpha) + warp * HEADS;
+  int* rep_s = reinterpret_cast<int*>(smem + sh.off_rep) + warp * 64;                // [32] offset, [32] row
+  float* reps_s = reinterpret_cast<float*>(smem + sh.off_reps) + warp * 32 * HEADS;  // [32][HEADS] exact scores
+  // P' = f16(p s_t) of the slice in B-operand order: pair (token 8 ks + t,
+  // token 8 ks + t + 4) at [vg][ks][h][t].
+  std::uint16_t* pp_s = reinterpret_cast<std::uint16_t*>(smem + sh.off_pp) + warp * (D / 32) * 4 * HEADS * 4 * 2;
+  // sum_t p z_t per (head, value group), one column per lane (token of the slice).
+  float* zz_s = reinterpret_cast<float*>(smem + sh.off_zz) + warp * HEADS * (D / 32) * 32;
+  float* zsum_s = reinterpret_cast<float*>(smem + sh.off_zsum) + warp * HEADS * (D / 32);
+  float* ml_s = reinterpret_cast<float*>(smem + sh.off_ml);  // [warps][HEADS][2]
+
+  {
+    const bf16* qrow = reinterpret_cast<const bf16*>(a.q) + std::int64_t(e) * a.ld_q + std::int64_t(kh) * gq * D;
+    const float qscale = a.scale * log2e;
+    for (int i = tid; i < HEADS * D; i += threads)
+      q_s[i] = i < gq * D ? __bfloat162float(qrow[i]) * qscale : 0.f;
+    for (int i = lane; i < HEADS * (D / 32) * 32; i += 32) zz_s[i] = 0.f;
+  }
+
+  float o[NT][CB][4];
+  float m_run[NT][2], l_run[NT][2];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+    for (int cb = 0; cb < CB; ++cb)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) o[nt][cb][i] = 0.f;
+    m_run[nt][0] = m_run[nt][1] = -INFINITY;
+    l_run[nt][0] = l_run[nt][1] = 0.f;
+  }
+
+  // Replaced rows of this (entry, KV head): a cursor into the sorted list.
+  const bool mixed = a.rows.positions != nullptr;
+  const std::int32_t* rep_pos = nullptr;
+  int rep_count = 0, rc = 0;
+  std::int64_t rep_base = 0;
+  if (mixed) {
+    rep_base = (std::int64_t(e) * nkv + kh) * a.rows.stride;
+    rep_pos = a.rows.positions + rep_base;
+    rep_count = a.rows.count[std::int64_t(e) * nkv + kh];
+  }
+  float* score_row = nullptr;
+  if (a.scores) {
+    const int r = a.entry_scores_row[e];
+    if (r >= 0) score_row = a.scores + (std::int64_t(r) * a.n_heads + std::int64_t(kh) * gq) * a.scores_stride;
+  }
+
+  const int j_lane = frag::slot_of_lane(t);  // QK/PV output slot of this lane
+  const int bj = frag::b_slot(g);            // B operand slot of this lane
+  const int bh = frag::b_head(g);            // B operand head (in an n-tile) of this lane
+  const unsigned sel_lo = frag::place_lo_selector(bj), sel_hi = frag::place_hi_selector(bj);
+
+  for (int it = 0; it < last - first; ++it) {
+    const int tile = first + it;
+    cp_async_wait_dyn(S - 2);
+    __syncthreads();  // tile `it` visible; every warp is done with tile it-1 and its stage
+    if (tile + S - 1 < last) load_tile(tile + S - 1, (it + S - 1) % S);
+    cp_async_commit();
+    const bool packed = tile < ptiles;
+    const unsigned char* st = smem + (it % S) * sh.stage_bytes;
+    const int p0 = packed ? tile * tile_tokens : nq + (tile - ptiles) * tile_tokens;
+    const int nvalid = min(tile_tokens, (packed ? nq : len) - p0);
+
+    if (packed) {  // B operands of the scores and the zero terms of the tile's groups
+      const int ng = (nvalid + G - 1) >> sh.log2_group;
+      const int items = ng * (D / 2);
+      for (int i = tid; i < items; i += threads) {  // whole warps: items is a multiple of 32
+        const int gl = i / (D / 2), r = i - gl * (D / 2);
+        const int m = r >> 2, tt = r & 3;
+        const int c1 = 8 * m + tt, c2 = c1 + 4;
+        const std::uint16_t* ks = reinterpret_cast<const std::uint16_t*>(st + sh.off_ks) + gl * D;
+        const std::uint16_t* kz = reinterpret_cast<const std::uint16_t*>(st + sh.off_kz) + gl * D;
+        float s1 = h2f(ks[c1]), s2 = h2f(ks[c2]), z1 = h2f(kz[c1]), z2 = h2f(kz[c2]);
+        if constexpr (LOWER) {  // k^ = (z - s/2) + (s/16)(16 U + L)
+          z1 -= 0.5f * s1;
+          z2 -= 0.5f * s2;
+          s1 *= 0.0625f;
+          s2 *= 0.0625f;
+        }
+        // B operands placed for both slots: [group][m][h][t][slot] = (b0, b1).
+        uint2* wf = w_s + ((gl * KM + m) * HEADS) * 8 + tt * 2;
+#pragma unroll
+        for (int h = 0; h < HEADS; ++h) {
+          const float q1 = q_s[h * D + c1], q2 = q_s[h * D + c2];
+          const unsigned w1 = f16_bits(q1 * s1), w2 = f16_bits(q2 * s2);
+          wf[h * 8 + 0] = make_uint2(frag::place(std::uint16_t(w1), 0), frag::place(std::uint16_t(w2), 0));
+          wf[h * 8 + 1] = make_uint2(frag::place(std::uint16_t(w1), 1), frag::place(std::uint16_t(w2), 1));
+          const float part = detail::warp_sum(q1 * z1 + q2 * z2);
+          if (lane == 0) base_s[(gl * CHUNKS + (r >> 5)) * HEADS + h] = part;
+        }
+      }
+    }
+    __syncthreads();  // w_s and base_s ready
+
+    const int ws = 32 * warp;
+    if (ws < nvalid) {
+      const int sv = min(32, nvalid - ws);  // valid tokens of this warp's slice
+      const int ps = p0 + ws;               // position of slice token 0
+      float s[NT][4];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) s[nt][i] = 0.f;
+
+      if (packed) {
+        const int gl = ws >> sh.log2_group;
+        const unsigned char* kb = st + warp * 4 * B + 4 * frag::qword(B, g) + t * KCH;
+        const uint2* wf = w_s + ((gl * KM * HEADS + bh) * 4 + t) * 2 + bj;
+#pragma unroll 4
+        for (int m = 0; m < KM; ++m) {
+          const unsigned char* k1 = kb + 8 * m * KCH;  // channel 8 m + t
+          const unsigned char* k2 = k1 + 4 * KCH;      // channel 8 m + t + 4
+          unsigned a0, a1, a2, a3;
+          if constexpr (LOWER)
+            a_regs<B, true>(lds32(k1), lds32(k2), lds32(k1 + sh.off_kl), lds32(k2 + sh.off_kl), g, a0, a1, a2, a3);
+          else
+            a_regs<B, false>(lds32(k1), lds32(k2), 0u, 0u, g, a0, a1, a2, a3);
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            const uint2 b = wf[(m * HEADS + nt * 4) * 8];
+            mma16816(s[nt], a0, a1, a2, a3, b.x, b.y);
+          }
+        }
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int h = nt * 4 + frag::head_in_tile(t, i);
+            float b = 0.f;
+#pragma unroll
+            for (int ch = 0; ch < CHUNKS; ++ch) b += base_s[(gl * CHUNKS + ch) * HEADS + h];
+            s[nt][i] += b;
+          }
+      } else {  // window rows: f32 dot products straight from the bf16 ring
+#pragma unroll
+        for (int hi = 0; hi < 2; ++hi) {
+          const int tau = frag::run_index(B, g, hi, j_lane);
+          if (tau >= sv) continue;
+          const bf16* krow = wk_g + std::int64_t((ps + tau) % c.win_cap) * D;
+          float acc[NT][2];
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = 0.f;
+#pragma unroll 4
+          for (int cc = 0; cc < D / 8; ++cc) {
+            float kf[8];
+            detail::bf16x8_to_f32(*reinterpret_cast<const uint4*>(krow + cc * 8), kf);
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+              for (int e2 = 0; e2 < 2; ++e2) {
+                const float* qh = q_s + (nt * 4 + 2 * (t & 1) + e2) * D + cc * 8;
+                const float4 qa = *reinterpret_cast<const float4*>(qh);
+                const float4 qb = *reinterpret_cast<const float4*>(qh + 4);
+                acc[nt][e2] += qa.x * kf[0] + qa.y * kf[1] + qa.z * kf[2] + qa.w * kf[3] + qb.x * kf[4] +
+                               qb.y * kf[5] + qb.z * kf[6] + qb.w * kf[7];
+              }
+          }
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            s[nt][2 * hi] = acc[nt][0];
+            s[nt][2 * hi + 1] = acc[nt][1];
+          }
+        }
+      }
+      // Masks: positions past the slice's valid ones, heads past the group.
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          if (frag::run_index(B, g, i >> 1, j_lane) >= sv || nt * 4 + frag::head_in_tile(t, i) >= gq)
+            s[nt][i] = -INFINITY;
+
+      // Replaced positions of this slice: exact scores from their rows.
+      int nrep = 0;
+      if (mixed) {
+        for (;;) {  // skip positions before the slice (other warps' slices)
+          const int idx = rc + lane;
+          const int pos = idx < rep_count ? rep_pos[idx] : 0x7fffffff;
+          const unsigned below = __ballot_sync(0xffffffffu, pos < ps);
+          rc += __popc(below);
+          if (below != 0xffffffffu) break;
+        }
+        const int idx = rc + lane;
+        const int pos = idx < rep_count ? rep_pos[idx] : 0x7fffffff;
+        const unsigned in = __ballot_sync(0xffffffffu, pos < ps + sv);
+        nrep = __popc(in);
+        if (lane < nrep) {
+          rep_s[lane] = pos - ps;
+          rep_s[32 + lane] = idx;
+        }
+        __syncwarp();
+        for (int i = 0; i < nrep; ++i) {
+          const int tau = rep_s[i];
+          const std::uint16_t* kr = a.rows.k + (rep_base + rep_s[32 + i]) * D;
+          float part[HEADS];
+#pragma unroll
+          for (int h = 0; h < HEADS; ++h) part[h] = 0.f;
+#pragma unroll
+          for (int k = 0; k < D / 32; ++k) {
+            const int ch = lane * (D / 32) + k;
+            const float kv = a.rows.f16 ? h2f(kr[ch]) : __bfloat162float(__ushort_as_bfloat16(kr[ch]));
+#pragma unroll
+            for (int h = 0; h < HEADS; ++h) part[h] += q_s[h * D + ch] * kv;
+          }
+#pragma unroll
+          for (int h = 0; h < HEADS; ++h) {
+            part[h] = detail::warp_sum(part[h]);
+            if (lane == 0) reps_s[i * HEADS + h] = part[h];
+          }
+          __syncwarp();
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+              const int h = nt * 4 + frag::head_in_tile(t, k);
+              if (frag::run_index(B, g, k >> 1, j_lane) == tau && h < gq) s[nt][k] = reps_s[i * HEADS + h];
+            }
+        }
+      }
+
+      if (score_row) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int h = nt * 4 + frag::head_in_tile(t, i);
+            const int tau = frag::run_index(B, g, i >> 1, j_lane);
+            if (tau < sv && h < gq) score_row[std::int64_t(h) * a.scores_stride + ps + tau] = s[nt][i];
+          }
+      }
+
+      // Online softmax per head over the warp's slice.
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e2 = 0; e2 < 2; ++e2) {
+          float mx = fmaxf(s[nt][e2], s[nt][e2 + 2]);
+#pragma unroll
+          for (int off = 2; off < 32; off <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+          const float m_new = fmaxf(m_run[nt][e2], mx);
+          float alpha = 1.f, pa = 0.f, pb = 0.f;
+          if (m_new != -INFINITY) {
+            alpha = exp2f(m_run[nt][e2] - m_new);  // 0 when nothing was seen before
+            pa = exp2f(s[nt][e2] - m_new);
+            pb = exp2f(s[nt][e2 + 2] - m_new);
+          }
+          m_run[nt][e2] = m_new;
+          l_run[nt][e2] = l_run[nt][e2] * alpha + pa + pb;
+#pragma unroll
+          for (int cb = 0; cb < CB; ++cb) {
+            o[nt][cb][e2] *= alpha;
+            o[nt][cb][e2 + 2] *= alpha;
+          }
+          const int h = nt * 4 + 2 * (t & 1) + e2;
+          p_s[h * ps_stride + frag::run_index(B, g, 0, j_lane)] = pa;
+          p_s[h * ps_stride + frag::run_index(B, g, 1, j_lane)] = pb;
+          if (g == 0) alpha_s[h] = alpha;
+        }
+      __syncwarp();
+      if (mixed && lane < nrep) {  // replaced rows add their exact values below, not their codes
+#pragma unroll
+        for (int h = 0; h < HEADS; ++h) p_s[h * ps_stride + rep_s[lane]] = 0.f;
+      }
+      __syncwarp();
+
+      // Lane = token of the slice: P' in B-operand order, and the zero terms.
+      {
+        float ph[HEADS], al[HEADS];
+#pragma unroll
+        for (int h = 0; h < HEADS; ++h) {
+          ph[h] = p_s[h * ps_stride + lane];
+          al[h] = alpha_s[h];
+        }
+        const std::uint16_t* vsc = reinterpret_cast<const std::uint16_t*>(st + sh.off_vs) + (ws + lane) * ngroups;
+        const std::uint16_t* vze = reinterpret_cast<const std::uint16_t*>(st + sh.off_vz) + (ws + lane) * ngroups;
+        // token tau = 8 ks + t' + 4 half -> pair slot ((vg * 4 + ks) * HEADS + h) * 4 + t', half
+        const int pk = lane >> 3, pt = lane & 3, phalf = (lane >> 2) & 1;
+#pragma unroll
+        for (int vg = 0; vg < D / 32; ++vg) {
+          if (vg >= ngroups) break;
+          float sv_ = 0.f, zv = 0.f;
+          if (packed) {
+            sv_ = h2f(vsc[vg]);
+            zv = h2f(vze[vg]);
+            if constexpr (LOWER) {
+              zv -= 0.5f * sv_;
+              sv_ *= 0.0625f;
+            }
+          }
+#pragma unroll
+          for (int h = 0; h < HEADS; ++h) {
+            float& zz = zz_s[(h * (D / 32) + vg) * 32 + lane];
+            zz = zz * al[h] + ph[h] * zv;
+            if (packed) pp_s[((((vg * 4 + pk) * HEADS + h) * 4 + pt) << 1) + phalf] = f16_bits(ph[h] * sv_);
+          }
+        }
+      }
+      __syncwarp();
+
+      if (packed) {
+        const unsigned char* vb = st + sh.off_vc + ws * ROW + 4 * frag::qword(B, g);
+        const unsigned* ppw = reinterpret_cast<const unsigned*>(pp_s) + bh * 4 + t;
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks) {
+          const int ta = 8 * ks + t, tb = ta + 4;
+          unsigned wa[CB], wb[CB];  // this lane's word of each channel block, tokens ta and tb
+          load_words<B, CB>(vb + ta * ROW, wa);
+          load_words<B, CB>(vb + tb * ROW, wb);
+          unsigned b0[NT], b1[NT];
+          int cur_vg = -1;
+#pragma unroll
+          for (int cb = 0; cb < CB; ++cb) {
+            const int vg = cb >> sh.log2_vgroup32;
+            if (vg != cur_vg) {
+#pragma unroll
+              for (int nt = 0; nt < NT; ++nt) {
+                const unsigned pair = ppw[((vg * 4 + ks) * HEADS + nt * 4) * 4];
+                b0[nt] = frag::byte_perm(pair, 0u, sel_lo);
+                b1[nt] = frag::byte_perm(pair, 0u, sel_hi);
+              }
+              cur_vg = vg;
+            }
+            unsigned a0, a1, a2, a3;
+            if constexpr (LOWER) {
+              const unsigned char* va = vb + ta * ROW + cb * 4 * B + (sh.off_vl - sh.off_vc);
+              const unsigned char* vbb = vb + tb * ROW + cb * 4 * B + (sh.off_vl - sh.off_vc);
+              a_regs<B, true>(wa[cb], wb[cb], lds32(va), lds32(vbb), g, a0, a1, a2, a3);
+            } else {
+              a_regs<B, false>(wa[cb], wb[cb], 0u, 0u, g, a0, a1, a2, a3);
+            }
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) mma16816(o[nt][cb], a0, a1, a2, a3, b0[nt], b1[nt]);
+          }
+        }
+      } else {  // window rows: f32 products straight from the bf16 ring
+        for (int tau = 0; tau < sv; ++tau) {
+          const bf16* vrow = wv_g + std::int64_t((ps + tau) % c.win_cap) * D;
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            const float p0v = p_s[(nt * 4 + 2 * (t & 1)) * ps_stride + tau];
+            const float p1v = p_s[(nt * 4 + 2 * (t & 1) + 1) * ps_stride + tau];
+#pragma unroll
+            for (int cb = 0; cb < CB; ++cb)
+#pragma unroll
+              for (int hi = 0; hi < 2; ++hi) {
+                const float v = __bfloat162float(vrow[frag::pv_channel(B, g, t, cb, 2 * hi)]);
+                o[nt][cb][2 * hi] += p0v * v;
+                o[nt][cb][2 * hi + 1] += p1v * v;
+              }
+          }
+        }
+      }
+
+      for (int i = 0; i < nrep; ++i) {  // exact values of the replaced rows
+        const std::uint16_t* vr = a.rows.v + (rep_base + rep_s[32 + i]) * D;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int e2 = 0; e2 < 2; ++e2) {
+            const int h = nt * 4 + 2 * (t & 1) + e2;
+            const float p = h < gq && m_run[nt][e2] != -INFINITY ? exp2f(reps_s[i * HEADS + h] - m_run[nt][e2]) : 0.f;
+#pragma unroll
+            for (int cb = 0; cb < CB; ++cb)
+#pragma unroll
+              for (int hi = 0; hi < 2; ++hi) {
+                const std::uint16_t raw = vr[frag::pv_channel(B, g, t, cb, 2 * hi)];
+                const float v = a.rows.f16 ? h2f(raw) : __bfloat162float(__ushort_as_bfloat16(raw));
+                o[nt][cb][2 * hi + e2] += p * v;
+              }
+          }
+      }
+      __syncwarp();  // p_s, pp_s, alpha_s and rep_s are rewritten by the next slice
+    }
+  }
+
+  // Merge the four warps: l over the lanes of each head, the zero terms (one
+  // column per lane) into o.
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int e2 = 0; e2 < 2; ++e2) {
+      float l = l_run[nt][e2];
+#pragma unroll
+      for (int off = 2; off < 32; off <<= 1) l += __shfl_xor_sync(0xffffffffu, l, off);
+      l_run[nt][e2] = l;
+    }
+  __syncwarp();
+  for (int i = lane; i < HEADS * ngroups; i += 32) {
+    const int h = i / ngroups, vg = i - h * ngroups;
+    const float* col = zz_s + (h * (D / 32) + vg) * 32;
+    float z = 0.f;
+    for (int k = 0; k < 32; ++k) z += col[k];
+    zsum_s[h * (D / 32) + vg] = z;
+  }
+  __syncwarp();
+  cp_async_wait<0>();
+  __syncthreads();  // every warp is done with the stages: reuse them for the merge
+  float* fin = reinterpret_cast<float*>(smem);  // [warps][HEADS][D]
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int cb = 0; cb < CB; ++cb)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int h = nt * 4 + frag::head_in_tile(t, i);
+        fin[(warp * HEADS + h) * D + frag::pv_channel(B, g, t, cb, i)] =
+            o[nt][cb][i] + zsum_s[h * (D / 32) + (cb >> sh.log2_vgroup32)];
+      }
+  if (g == 0) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e2 = 0; e2 < 2; ++e2) {
+        const int h = nt * 4 + 2 * (t & 1) + e2;
+        ml_s[(warp * HEADS + h) * 2 + 0] = m_run[nt][e2];
+        ml_s[(warp * HEADS + h) * 2 + 1] = l_run[nt][e2];
+      }
+  }
+  __syncthreads();
+  for (int idx = tid; idx < gq * D; idx += threads) {
+    const int h = idx / D, ch = idx - h * D;
+    float m = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < warps; ++w)
+      if (ml_s[(w * HEADS + h) * 2 + 1] > 0.f) m = fmaxf(m, ml_s[(w * HEADS + h) * 2]);
+    float num = 0.f, den = 0.f;
+#pragma unroll
+    for (int w = 0; w < warps; ++w) {
+      const float l = ml_s[(w * HEADS + h) * 2 + 1];
+      if (l > 0.f) {
+        const float wt = exp2f(ml_s[(w * HEADS + h) * 2] - m);
+        num = fmaf(wt, fin[(w * HEADS + h) * D + ch], num);
+        den = fmaf(wt, l, den);
+      }
+    }
+    part_o[((bh0 + h) * a.splits + split) * D + ch] = num / den;
+    if (ch == 0) {
+      part_ml[((bh0 + h) * a.splits + split) * 2 + 0] = m;
+      part_ml[((bh0 + h) * a.splits + split) * 2 + 1] = den;
+    }
+  }
+}
+
+// Merges the splits by their running max and sum (Flash-Decoding).
+template <int D>
+__global__ void packed_combine_kernel(packed_attention_args a) {
+  detail::allow_dependent_launch();
+  const int h = blockIdx.x, e = blockIdx.y, d = threadIdx.x;
+  const std::int64_t bh = std::int64_t(e) * a.n_heads + h;
+  const float* part_o = a.partial + bh * a.splits * D;
+  const float* ml = a.partial + std::int64_t(a.entries) * a.n_heads * a.splits * D + bh * a.splits * 2;
+  float m = -INFINITY;
+  for (int s = 0; s < a.splits; ++s)
+    if (ml[2 * s + 1] > 0.f) m = fmaxf(m, ml[2 * s]);
+  float num = 0.f, den = 0.f;
+  for (int s = 0; s < a.splits; ++s) {
+    const float l = ml[2 * s + 1];
+    if (l > 0.f) {
+      const float w = exp2f(ml[2 * s] - m);
+      num = fmaf(w * l, part_o[s * D + d], num);
+      den = fmaf(w, l, den);
+    }
+  }
+  const std::int64_t at = std::int64_t(e) * a.ld_out + std::int64_t(h) * D + d;
+  if (a.out_f32)
+    a.out_f32[at] = num / den;
+  else
+    reinterpret_cast<bf16*>(a.out_bf16)[at] = __float2bfloat16(num / den);
+  if (a.ml && d == 0) {
+    a.ml[bh * 2 + 0] = m;
+    a.ml[bh * 2 + 1] = den;
+  }
+}
+
+__global__ void packed_probs_kernel(const float* scores, float* probs, std::int64_t stride, const float* ml,
+                                    const std::int32_t* entry_row, const std::int32_t* entry_len, int n_heads) {
+  const int h = blockIdx.x, e = blockIdx.y;
+  const int r = entry_row[e];
+  if (r < 0) return;
+  const std::int64_t bh = std::int64_t(e) * n_heads + h;
+  const float m = ml[bh * 2], inv = __frcp_rn(ml[bh * 2 + 1]);
+  const std::int64_t at = (std::int64_t(r) * n_heads + h) * stride;
+  const int len = entry_len[e];
+  for (int p = threadIdx.x; p < len; p += blockDim.x) probs[at + p] = __fmul_rn(exp2f(__fsub_rn(scores[at + p], m)), inv);
+}
+
+using kernel_fn = void (*)(packed_attention_args, launch_shape);
+
+template <int D, int NT>
+kernel_fn pick_format(int bits, bool lower) {
+  if (lower) return packed_attention_kernel<D, 4, true, NT>;
+  switch (bits) {
+    case 1: return packed_attention_kernel<D, 1, false, NT>;
+    case 2: return packed_attention_kernel<D, 2, false, NT>;
+    default: return packed_attention_kernel<D, 4, false, NT>;
+  }
+}
+
+kernel_fn pick(int d, int nt, int bits, bool lower) {
+  if (d == 128) return nt == 1 ? pick_format<128, 1>(bits, lower) : pick_format<128, 2>(bits, lower);
+  return nt == 1 ? pick_format<64, 1>(bits, lower) : pick_format<64, 2>(bits, lower);
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
+
+void fail(const std::string& what) { throw std::invalid_argument("packed_attention: " + what); }
+
+int log2_of(int x) {
+  int l = 0;
+  while ((1 << l) < x) ++l;
+  return l;
+}
+
+// Checks the arguments; returns the kernel and fills the shape.
+kernel_fn prepare(const packed_attention_args& a, launch_shape& sh) {
+  const packed_cache_view& c = a.cache;
+  const int d = c.head_dim;
+  if (d != 64 && d != 128) fail("head_dim " + std::to_string(d) + " is not 64 or 128");
+  if (c.bits != 1 && c.bits != 2 && c.bits != 4) fail("bits must be 1, 2 or 4, got " + std::to_string(c.bits));
+  const bool lower = c.k_lower != nullptr;
+  if (lower != (c.v_lower != nullptr)) fail("keys and values must both have a lower plane or neither");
+  if (lower && c.bits != 4) fail("a lower plane needs 4-bit upper codes, got " + std::to_string(c.bits));
+  if (c.group != 32 && c.group != 64 && c.group != 128)
+    fail("group " + std::to_string(c.group) + " is not 32, 64 or 128 (smaller groups: quantized_attention.hpp, v1)");
+  if (c.n_kv_heads <= 0 || a.n_heads % c.n_kv_heads != 0)
+    fail("n_heads " + std::to_string(a.n_heads) + " is not a multiple of n_kv_heads " + std::to_string(c.n_kv_heads));
+  const int gq = a.n_heads / c.n_kv_heads;
+  if (gq != 1 && gq != 2 && gq != 4 && gq != 8) fail("GQA group " + std::to_string(gq) + " is not 1, 2, 4 or 8");
+  if (a.splits < 1) fail("splits must be >= 1, got " + std::to_string(a.splits));
+  if (a.stages < 2 || a.stages > 4) fail("stages must be 2, 3 or 4, got " + std::to_string(a.stages));
+  if (!a.q || !a.partial || (!a.out_f32 && !a.out_bf16)) fail("q, partial or out missing");
+  if (!a.entry_slot || !a.entry_quant || !a.entry_len) fail("per-entry slot, packed length and length missing");
+  const void* ptrs[] = {c.k_codes, c.k_scale, c.k_zero, c.v_codes, c.v_scale, c.v_zero, c.win_k, c.win_v};
+  for (const void* p : ptrs)
+    if (!p || !aligned16(p)) fail("codes, scales, zeros and window rows must be present and 16-byte aligned");
+  if (lower && (!aligned16(c.k_lower) || !aligned16(c.v_lower))) fail("lower planes must be 16-byte aligned");
+  if (c.k_run % 16 || c.v_run % 16 || c.ks_run % 8 || c.vs_run % 8)
+    fail("runs per (slot, head) must keep every run 16-byte aligned");
+  if (c.win_cap < 1) fail("win_cap must be >= 1");
+  if (a.rows.positions && (!a.rows.count || !a.rows.k || !a.rows.v || a.rows.stride < 1))
+    fail("replaced rows need counts, K/V rows and a positive stride");
+  if (a.scores && (!a.entry_scores_row || a.scores_stride < 1)) fail("scores need entry rows and a stride");
+  sh.gq = gq;
+  sh.log2_group = log2_of(c.group);
+  sh.log2_vgroup32 = log2_of(c.value_group() / 32);
+  sh.ngroups = c.value_groups();
+  sh.stages = a.stages;
+  const int nt = gq > 4 ? 2 : 1, heads = 4 * nt, km = d / 8, cb = d / 32;
+  const int plane = tile_tokens * d * c.bits / 8;
+  const int planes = lower ? 2 : 1;
+  const int tile_groups = tile_tokens / c.group;
+  int off = plane * planes;
+  sh.off_kl = plane;
+  sh.off_ks = off;
+  off += round16(tile_groups * d * 2);
+  sh.off_kz = off;
+  off += round16(tile_groups * d * 2);
+  sh.off_vc = off;
+  off += plane;
+  sh.off_vl = off;
+  if (lower) off += plane;
+  sh.off_vs = off;
+  off += round16(tile_tokens * sh.ngroups * 2);
+  sh.off_vz = off;
+  off += round16(tile_tokens * sh.ngroups * 2);
+  sh.stage_bytes = off;
+  const int fin = warps * heads * d * 4;
+  off = std::max(sh.stages * sh.stage_bytes, fin);
+  sh.off_q = off;
+  off += heads * d * 4;
+  sh.off_w = off;
+  off += tile_groups * km * heads * 4 * 2 * 8;
+  sh.off_base = off;
+  off += round16(tile_groups * (d / 64) * heads * 4);
+  sh.off_p = off;
+  off += warps * heads * ps_stride * 4;
+  sh.off_alpha = off;
+  off += round16(warps * heads * 4);
+  sh.off_rep = off;
+  off += warps * 64 * 4;
+  sh.off_reps = off;
+  off += warps * 32 * heads * 4;
+  sh.off_pp = off;
+  off += warps * cb * 4 * heads * 4 * 4;
+  sh.off_zz = off;
+  off += warps * heads * cb * 32 * 4;
+  sh.off_zsum = off;
+  off += round16(warps * heads * cb * 4);
+  sh.off_ml = off;
+  off += round16(warps * heads * 2 * 4);
+  sh.smem = off;
+  const kernel_fn k = pick(d, nt, c.bits, lower);
+  // Raise the kernel's shared-memory limit once per size (not on every
+  // launch: a decode step replayed as a graph is captured after an eager run).
+  static std::mutex mu;
+  static std::map<kernel_fn, int> configured;
+  std::lock_guard<std::mutex> lock(mu);
+  int& have = configured[k];
+  if (have < sh.smem) {
+    CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, sh.smem));
+    have = sh.smem;
+  }
+  return k;
+}
+
+}  // namespace
+
+std::size_t packed_attention_scratch_floats(int entries, int n_heads, int head_dim, int max_splits) {
+  return std::size_t(entries) * std::size_t(n_heads) * std::size_t(max_splits) * std::size_t(head_dim + 2);
+}
+
+std::int64_t packed_attention_tiles(std::int64_t n_quant, std::int64_t len) {
+  const std::int64_t nq = std::min(n_quant, len);
+  return (nq + tile_tokens - 1) / tile_tokens + (len - nq + tile_tokens - 1) / tile_tokens;
+}
+
+int packed_attention_splits(int entries, int n_kv_heads, std::int64_t tiles, int sm_count, int max_splits,
+                            int blocks_per_sm) {
+  tiles = std::max<std::int64_t>(1, tiles);
+  const std::int64_t pairs = std::int64_t(entries) * n_kv_heads;
+  const std::int64_t slots = std::int64_t(std::max(sm_count, 1)) * std::max(blocks_per_sm, 1);
+  const int cap = int(std::max<std::int64_t>(1, std::min<std::int64_t>(max_splits, tiles / 2)));
+  int best = 1;
+  double best_score = -1;
+  for (int s = 1; s <= cap; ++s) {
+    const std::int64_t chunk = (tiles + s - 1) / s, active = (tiles + chunk - 1) / chunk;
+    const std::int64_t waves = (pairs * active + slots - 1) / slots;
+    const double score = double(pairs * tiles) / double(waves * slots * chunk);
+    if (score > best_score + 1e-9) {
+      best_score = score;
+      best = s;
+    }
+  }
+  return best;
+}
+
+int packed_attention_blocks_per_sm(const packed_attention_args& a) {
+  launch_shape sh;
+  const kernel_fn k = prepare(a, sh);
+  int n = 0;
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, threads, std::size_t(sh.smem)));
+  return std::max(n, 1);
+}
+
+std::size_t packed_attention_smem_bytes(const packed_attention_args& a) {
+  launch_shape sh;
+  prepare(a, sh);
+  return std::size_t(sh.smem);
+}
+
+void packed_attention(const packed_attention_args& in, stream_t s) {
+  if (in.entries <= 0) return;
+  packed_attention_args a = in;
+  if (a.ld_q == 0) a.ld_q = std::int64_t(a.n_heads) * a.cache.head_dim;
+  if (a.ld_out == 0) a.ld_out = std::int64_t(a.n_heads) * a.cache.head_dim;
+  launch_shape sh;
+  const kernel_fn k = prepare(a, sh);
+  const dim3 grid(unsigned(a.splits), unsigned(a.cache.n_kv_heads), unsigned(a.entries));
+  k<<<grid, threads, std::size_t(sh.smem), as_stream(s)>>>(a, sh);
+  CUDA_CHECK_LAUNCH();
+  const dim3 cgrid(unsigned(a.n_heads), unsigned(a.entries));
+  if (a.cache.head_dim == 128)
+    packed_combine_kernel<128><<<cgrid, 128, 0, as_stream(s)>>>(a);
+  else
+    packed_combine_kernel<64><<<cgrid, 64, 0, as_stream(s)>>>(a);
+  CUDA_CHECK_LAUNCH();
+}
+
+void packed_attention_probs(const float* scores, float* probs, std::int64_t stride, const float* ml,
+                            const std::int32_t* entry_scores_row, const std::int32_t* entry_len, int entries,
+                            int n_heads, stream_t s) {
+  if (entries <= 0) return;
+  if (!scores || !probs || !ml || !entry_scores_row || !entry_len || stride < 1 || n_heads < 1)
+    throw std::invalid_argument("packed_attention_probs: scores, probs, ml, entry rows and lengths are required");
+  packed_probs_kernel<<<dim3(unsigned(n_heads), unsigned(entries)), 256, 0, as_stream(s)>>>(
+      scores, probs, stride, ml, entry_scores_row, entry_len, n_heads);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace specpipe::kernels::cuda

@@ -1,0 +1,46 @@
+#pragma once
+// SpeCache's top-k on the GPU: the CUDA twin of kernels/topk.hpp
+// (cpu::topk_gqa). Per query row and KV head, the k positions with the
+// largest softmax probability averaged over the query heads of the GQA group
+// (summed in head order, times 1/group, as the CPU does), excluding one
+// position; ties go to the lower position; output by descending average.
+//
+// Input is either probabilities, or the raw log2 scores of packed_attention
+// with its combined (max, sum) per head, normalized on the fly exactly as
+// packed_attention_probs would (2^(s - m) / l), so the probabilities need
+// not be written at all. One block per (row, KV head): the averages go to a
+// caller-owned scratch, a radix select over their f32 bit patterns (four
+// 8-bit digits) finds the k-th largest, then the larger ones and the lowest
+// positions of the ties are gathered and ranked.
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cuda/cuda_error.hpp"
+
+namespace specpipe::kernels::cuda {
+
+struct topk_args {
+  // values[(r * n_heads + h) * stride + j], j < row_len[r]: probabilities,
+  // or raw scores when `ml` is given (ml[(r * n_heads + h) * 2] = max, + 1 = sum).
+  const float* values = nullptr;
+  std::int64_t stride = 0;
+  const float* ml = nullptr;
+  const std::int32_t* row_len = nullptr;      // device [rows]
+  const std::int32_t* row_exclude = nullptr;  // device [rows]; -1 (or out of range): none; null: none
+  int rows = 0, n_heads = 0, n_kv_heads = 0;
+  int k = 0;  // 0 .. topk_max_k
+  // Output, device: positions[(r * n_kv_heads + g) * k + i] for i < count[r * n_kv_heads + g].
+  std::int32_t* positions = nullptr;
+  std::int32_t* count = nullptr;
+  float* scratch = nullptr;  // topk_scratch_floats(rows, n_kv_heads, max_len)
+  int max_len = 0;           // >= every row_len
+};
+
+constexpr int topk_max_k = 1024;
+
+std::size_t topk_scratch_floats(int rows, int n_kv_heads, int max_len);
+
+// Validates (std::invalid_argument naming the field) and launches.
+void topk_gqa(const topk_args& a, stream_t s);
+
+}  // namespace specpipe::kernels::cuda

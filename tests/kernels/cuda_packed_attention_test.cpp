@@ -1,0 +1,452 @@
+// The tensor-core packed decode attention (kernels/cuda/packed_attention.hpp)
+// against the CPU's quantized and mixed attention on the same packed bytes,
+// rearranged into the device's per-(slot, head) runs and window ring
+// (packed_device_layout.hpp, itself checked on the host): every format and
+// read (KIVI 1/2/4-bit, SpeCache 1-bit, hier INT4 and INT8), GQA 1, 2, 4 and
+// 8, head_dim 64 and 128, G 32, 64 and 128, odd and wrapping windows,
+// several slots of different lengths, causal entries that stop inside the
+// window or inside the packed part, split counts and pipeline depths.
+// Outputs start as NaN and carry a poisoned sentinel tail.
+//
+// Tolerance: the kernel rounds w = q s (scores) and P' = p s (values) to f16
+// (relative 2^-11 each), so scores move by about 2^-12 ||(q_c s_c U_c)_c||
+// and probabilities by ~1e-3 relative with this fixture's outlier channel:
+// atol = rtol = 5e-3 on outputs of magnitude ~1 (v1 and the CPU are f32
+// throughout). Replaced rows are exact f32 products: their checks are tight.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/attention.hpp"
+#include "kernels/cuda_test_util.hpp"
+#include "kernels/mixed_attention.hpp"
+#include "kernels/packed_device_layout.hpp"
+#include "kernels/quantized_attention.hpp"
+
+#ifdef SPECPIPE_HAVE_CUDA
+#include "kernels/cuda/packed_attention.hpp"
+#endif
+
+namespace specpipe::test {
+namespace {
+
+class cuda_packed_attention : public cuda_test {};
+
+#ifdef SPECPIPE_HAVE_CUDA
+namespace kcpu = kernels::cpu;
+namespace kc = kernels::cuda;
+
+constexpr double tol = 5e-3;
+
+struct format_case {
+  const char* name;
+  kcpu::quant_rule rule;
+  int bits;
+  bool read_lower;
+};
+
+const format_case formats[] = {
+    {"kivi1", kcpu::quant_rule::rtn, 1, false},      {"kivi2", kcpu::quant_rule::rtn, 2, false},
+    {"kivi4", kcpu::quant_rule::rtn, 4, false},      {"specache1", kcpu::quant_rule::specache, 1, false},
+    {"hier_int4", kcpu::quant_rule::hier, 4, false}, {"hier_int8", kcpu::quant_rule::hier, 4, true},
+};
+
+struct slot_shape {
+  std::int64_t groups, window;
+};
+
+// One query row: attends positions 0 .. len-1 of `slot`.
+struct entry {
+  int slot;
+  std::int64_t len;
+};
+
+// Device copies of a device_layout_host.
+struct device_layout {
+  dev_array<std::uint8_t> kc, kl, vc, vl;
+  dev_array<std::uint16_t> ks, kz, vs, vz, wk, wv;
+  device_layout(allocator& dev, const device_layout_host& L)
+      : kc(dev, L.kc),
+        kl(dev, L.lower ? L.kl : std::vector<std::uint8_t>(16)),
+        vc(dev, L.vc),
+        vl(dev, L.lower ? L.vl : std::vector<std::uint8_t>(16)),
+        ks(dev, L.ks),
+        kz(dev, L.kz),
+        vs(dev, L.vs),
+        vz(dev, L.vz),
+        wk(dev, L.wk),
+        wv(dev, L.wv) {}
+  kc::packed_cache_view view(const device_layout_host& L, bool read_lower) const {
+    kc::packed_cache_view v;
+    v.bits = L.bits;
+    v.group = L.group;
+    v.head_dim = L.d;
+    v.n_kv_heads = L.kv_heads;
+    v.k_codes = kc.get();
+    v.v_codes = vc.get();
+    if (read_lower) {
+      v.k_lower = kl.get();
+      v.v_lower = vl.get();
+    }
+    v.k_scale = ks.get();
+    v.k_zero = kz.get();
+    v.v_scale = vs.get();
+    v.v_zero = vz.get();
+    v.k_run = L.k_run;
+    v.ks_run = L.ks_run;
+    v.v_run = L.v_run;
+    v.vs_run = L.vs_run;
+    v.win_k = wk.get();
+    v.win_v = wv.get();
+    v.win_cap = L.win_cap;
+    return v;
+  }
+};
+
+std::vector<packed_fixture> make_slots(const format_case& fc, int d, int kv_heads, int gq, int group,
+                                       const std::vector<slot_shape>& shapes, unsigned seed) {
+  std::vector<packed_fixture> fs(shapes.size());
+  for (std::size_t s = 0; s < shapes.size(); ++s) {
+    auto& f = fs[s];
+    f.heads = kv_heads * gq;
+    f.kv_heads = kv_heads;
+    f.d = d;
+    f.group = group;
+    f.groups = shapes[s].groups;
+    f.window = shapes[s].window;
+    f.bits = fc.bits;
+    f.rule = fc.rule;
+    f.read_lower = fc.read_lower;
+    f.build(seed * 7919u + unsigned(s));
+    // The device window is bf16: both sides read the rounded rows.
+    for (std::size_t i = std::size_t(f.quantized() * kv_heads * d); i < f.k.size(); ++i) {
+      f.k[i] = bf16_to_f32(f32_to_bf16(f.k[i]));
+      f.v[i] = bf16_to_f32(f32_to_bf16(f.v[i]));
+    }
+  }
+  return fs;
+}
+
+// Optional SpeCache rows: per (entry, KV head) sorted positions and their rows.
+struct replaced {
+  int stride = 0;
+  bool f16 = false;
+  std::vector<std::int32_t> pos, count;  // device order
+  std::vector<std::uint16_t> k, v;
+  // CPU views per entry
+  std::vector<std::vector<std::int64_t>> pos64, count64;
+};
+
+replaced make_replaced(const std::vector<entry>& es, int kv_heads, int d, int stride, bool f16, bool all,
+                       std::mt19937& rng, const std::vector<packed_fixture>* exact = nullptr) {
+  replaced r;
+  r.stride = stride;
+  r.f16 = f16;
+  const dtype t = f16 ? dtype::f16 : dtype::bf16;
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  r.pos.assign(es.size() * std::size_t(kv_heads * stride), 0);
+  r.count.assign(es.size() * std::size_t(kv_heads), 0);
+  r.k.assign(es.size() * std::size_t(kv_heads * stride * d), 0);
+  r.v = r.k;
+  for (std::size_t e = 0; e < es.size(); ++e) {
+    std::vector<std::int64_t> p64(std::size_t(kv_heads * stride), 0), c64(std::size_t(kv_heads), 0);
+    for (int h = 0; h < kv_heads; ++h) {
+      std::vector<std::int64_t> chosen;
+      for (std::int64_t p = 0; p < es[e].len && std::int64_t(chosen.size()) < stride; ++p)
+        if (all || rng() % 5 == 0) chosen.push_back(p);
+      c64[std::size_t(h)] = std::int64_t(chosen.size());
+      r.count[e * std::size_t(kv_heads) + std::size_t(h)] = std::int32_t(chosen.size());
+      for (std::size_t i = 0; i < chosen.size(); ++i) {
+        const std::size_t slot = (e * std::size_t(kv_heads) + std::size_t(h)) * std::size_t(stride) + i;
+        r.pos[slot] = std::int32_t(chosen[i]);
+        p64[std::size_t(h * stride) + i] = chosen[i];
+        for (int c = 0; c < d; ++c) {
+          float kx = u(rng), vx = u(rng);
+          if (exact) {  // the fixture's own (bf16-rounded) rows: replacing everything gives full attention
+            const auto& f = (*exact)[std::size_t(es[e].slot)];
+            const std::size_t at = std::size_t((chosen[i] * kv_heads + h) * d + c);
+            kx = f.k[at];
+            vx = f.v[at];
+          }
+          const std::size_t at = slot * std::size_t(d) + std::size_t(c);
+          r.k[at] = f16 ? f32_to_f16(kx) : f32_to_bf16(kx);
+          r.v[at] = f16 ? f32_to_f16(vx) : f32_to_bf16(vx);
+        }
+      }
+    }
+    r.pos64.push_back(p64);
+    r.count64.push_back(c64);
+  }
+  (void)t;
+  return r;
+}
+
+struct run_options {
+  std::vector<int> splits{1, 3};
+  std::vector<int> stages{3};
+  const replaced* rows = nullptr;
+  bool probs = false;       // compare probabilities of every entry
+  bool exact_full = false;  // rows replace everything: compare to full attention, tight
+};
+
+void run_case(allocator& dev, const format_case& fc, int d, int kv_heads, int gq, int group,
+              const std::vector<slot_shape>& shapes, const std::vector<entry>& es, int win_cap, unsigned seed,
+              const run_options& ro) {
+  const std::string what = std::string(fc.name) + " d=" + std::to_string(d) + " gqa=" + std::to_string(gq) +
+                           " G=" + std::to_string(group) + " kv=" + std::to_string(kv_heads) + " cap=" +
+                           std::to_string(win_cap) + (ro.rows ? " mixed" : "");
+  SCOPED_TRACE(what);
+  const int heads = kv_heads * gq;
+  const auto fs = make_slots(fc, d, kv_heads, gq, group, shapes, seed);
+  const auto L = device_layout_host::build(fs, win_cap);
+  device_layout dl(dev, L);
+  std::mt19937 rng(seed);
+  const int n = int(es.size());
+  const std::vector<float> q = round_bf16(random_values(rng, std::size_t(n) * heads * d, 3.f));
+  std::int64_t max_len = 1;
+  for (const auto& e : es) max_len = std::max(max_len, e.len);
+
+  // CPU reference per entry.
+  std::vector<double> ref;
+  std::vector<float> ref_probs(std::size_t(n) * heads * std::size_t(max_len), 0.f);
+  for (int i = 0; i < n; ++i) {
+    const auto& f = fs[std::size_t(es[std::size_t(i)].slot)];
+    std::vector<float> out(std::size_t(heads) * d);
+    const float* qi = q.data() + std::size_t(i) * heads * d;
+    if (ro.exact_full) {
+      std::vector<float> k(f.k.begin(), f.k.begin() + es[std::size_t(i)].len * kv_heads * d),
+          v(f.v.begin(), f.v.begin() + es[std::size_t(i)].len * kv_heads * d);
+      for (auto& x : k) x = bf16_to_f32(f32_to_bf16(x));
+      for (auto& x : v) x = bf16_to_f32(f32_to_bf16(x));
+      kcpu::attention_args a;
+      a.q = qi;
+      a.k = k.data();
+      a.v = v.data();
+      a.len = es[std::size_t(i)].len;
+      a.out = out.data();
+      a.n = 1;
+      a.pos0 = es[std::size_t(i)].len - 1;
+      a.n_heads = heads;
+      a.n_kv_heads = kv_heads;
+      a.head_dim = d;
+      kcpu::attention(a);
+    } else {
+      auto a = f.args(qi, 1, es[std::size_t(i)].len - 1, out.data());
+      if (ro.probs) {
+        a.probs = ref_probs.data() + std::size_t(i) * heads * std::size_t(max_len);
+        a.probs_stride = max_len;
+      }
+      if (ro.rows) {
+        kcpu::mixed_rows mr;
+        mr.positions = ro.rows->pos64[std::size_t(i)].data();
+        mr.count = ro.rows->count64[std::size_t(i)].data();
+        mr.stride = ro.rows->stride;
+        const std::size_t per = std::size_t(kv_heads * ro.rows->stride * d);
+        mr.k = ro.rows->k.data() + std::size_t(i) * per;
+        mr.v = ro.rows->v.data() + std::size_t(i) * per;
+        mr.type = ro.rows->f16 ? dtype::f16 : dtype::bf16;
+        kcpu::mixed_attention(a, mr);
+      } else {
+        kcpu::quantized_attention(a);
+      }
+    }
+    for (float x : out) ref.push_back(double(x));
+  }
+
+  std::vector<std::int32_t> slot_h, quant_h, len_h, srow_h;
+  for (int i = 0; i < n; ++i) {
+    slot_h.push_back(es[std::size_t(i)].slot);
+    quant_h.push_back(std::int32_t(fs[std::size_t(es[std::size_t(i)].slot)].quantized()));
+    len_h.push_back(std::int32_t(es[std::size_t(i)].len));
+    srow_h.push_back(i);
+  }
+  dev_array<std::int32_t> slot_d(dev, slot_h), quant_d(dev, quant_h), len_d(dev, len_h), srow_d(dev, srow_h);
+  dev_array<std::uint16_t> qd(dev, to_bf16(q));
+  std::optional<dev_array<std::int32_t>> rp, rcnt;
+  std::optional<dev_array<std::uint16_t>> rk, rv;
+  if (ro.rows) {
+    rp.emplace(dev, ro.rows->pos);
+    rcnt.emplace(dev, ro.rows->count);
+    rk.emplace(dev, ro.rows->k);
+    rv.emplace(dev, ro.rows->v);
+  }
+  const int max_splits = 16;
+  dev_array<float> part(dev, kc::packed_attention_scratch_floats(n, heads, d, max_splits));
+  for (const int stages : ro.stages)
+    for (const int splits : ro.splits) {
+      SCOPED_TRACE("splits=" + std::to_string(splits) + " stages=" + std::to_string(stages));
+      dev_array<float> out(dev, std::size_t(n) * heads * d);  // 0xff bytes: NaN until written
+      dev_array<float> scores(dev, std::size_t(n) * heads * std::size_t(max_len));
+      dev_array<float> ml(dev, std::size_t(n) * heads * 2);
+      kc::packed_attention_args a;
+      a.cache = dl.view(L, fc.read_lower);
+      a.q = qd.get();
+      a.entry_slot = slot_d.get();
+      a.entry_quant = quant_d.get();
+      a.entry_len = len_d.get();
+      if (ro.rows) {
+        a.rows.positions = rp->get();
+        a.rows.count = rcnt->get();
+        a.rows.stride = ro.rows->stride;
+        a.rows.k = rk->get();
+        a.rows.v = rv->get();
+        a.rows.f16 = ro.rows->f16;
+      }
+      if (ro.probs) {
+        a.scores = scores.get();
+        a.entry_scores_row = srow_d.get();
+        a.scores_stride = max_len;
+        a.ml = ml.get();
+      }
+      a.out_f32 = out.get();
+      a.partial = part.get();
+      a.entries = n;
+      a.n_heads = heads;
+      a.splits = splits;
+      a.stages = stages;
+      a.scale = 1.f / std::sqrt(float(d));
+      kc::packed_attention(a, nullptr);
+      const double t = ro.exact_full ? 2e-4 : tol;
+      expect_close(out.download(), ref, t, t, what, seed);
+      EXPECT_TRUE(out.sentinel_intact()) << "write past the output";
+      if (ro.probs) {
+        kc::packed_attention_probs(scores.get(), scores.get(), max_len, ml.get(), srow_d.get(), len_d.get(), n, heads,
+                                   nullptr);
+        const auto got = scores.download();
+        std::vector<float> got_valid;
+        std::vector<double> want;
+        for (int i = 0; i < n; ++i)
+          for (int h = 0; h < heads; ++h)
+            for (std::int64_t p = 0; p < es[std::size_t(i)].len; ++p) {
+              const std::size_t at = (std::size_t(i) * heads + std::size_t(h)) * std::size_t(max_len) + std::size_t(p);
+              got_valid.push_back(got[at]);
+              want.push_back(double(ref_probs[at]));
+            }
+        expect_close(got_valid, want, 1e-5, 1e-2, what + " probabilities", seed);
+        EXPECT_TRUE(scores.sentinel_intact()) << "score write past the buffer";
+      }
+    }
+}
+
+TEST_F(cuda_packed_attention, matches_cpu_on_the_same_packed_bytes) {
+  unsigned seed = 1200;
+  const int groups_of[] = {32, 64, 128};
+  int gi = 0;
+  for (const auto& fc : formats)
+    for (const int gq : {1, 2, 4, 8})
+      for (const int d : {64, 128}) {
+        const int group = groups_of[gi++ % 3];
+        // Two slots of different packed lengths and windows, the window ring
+        // wrapping; entries: each slot's decode row, one row stopping inside
+        // the window and one inside the packed part (causal rows).
+        const std::vector<slot_shape> shapes = {{std::int64_t(640 / group), 37}, {std::int64_t(256 / group), 5}};
+        const std::int64_t len0 = 640 + 37, len1 = 256 + 5;
+        const std::vector<entry> es = {{0, len0}, {1, len1}, {0, len0 - 11}, {1, 200}, {0, 1}};
+        run_options ro;
+        ro.splits = {1, 4};
+        ro.stages = {gq == 4 ? 2 : 3, 4};
+        run_case(*dev_, fc, d, 2, gq, group, shapes, es, 41, ++seed, ro);
+      }
+}
+
+TEST_F(cuda_packed_attention, window_only_packed_only_and_single_rows) {
+  unsigned seed = 1300;
+  for (const auto& fc : formats) {
+    run_options ro;
+    ro.splits = {1, 2};
+    run_case(*dev_, fc, 128, 2, 4, 64, {{0, 45}}, {{0, 45}, {0, 1}}, 64, ++seed, ro);  // nothing packed yet
+    run_case(*dev_, fc, 128, 2, 4, 64, {{3, 1}}, {{0, 193}}, 8, ++seed, ro);          // one window row
+    run_case(*dev_, fc, 64, 1, 2, 32, {{9, 0}}, {{0, 288}, {0, 100}}, 4, ++seed, ro);  // no window
+    run_case(*dev_, fc, 128, 1, 8, 128, {{2, 130}}, {{0, 386}}, 131, ++seed, ro);    // window past one tile
+  }
+}
+
+TEST_F(cuda_packed_attention, many_splits_and_long_context) {
+  run_options ro;
+  ro.splits = {1, 7, 16};
+  ro.stages = {2, 3, 4};
+  run_case(*dev_, formats[0], 128, 2, 4, 64, {{60, 70}}, {{0, 60 * 64 + 70}}, 130, 1400, ro);
+  run_case(*dev_, formats[5], 128, 2, 4, 128, {{24, 200}}, {{0, 24 * 128 + 200}}, 256, 1401, ro);
+}
+
+TEST_F(cuda_packed_attention, mixed_rows_match_cpu_mixed_attention) {
+  unsigned seed = 1500;
+  for (const auto& fc : formats)
+    for (const bool f16 : {false, true}) {
+      const std::vector<slot_shape> shapes = {{5, 23}, {2, 64}};
+      const std::vector<entry> es = {{0, 5 * 64 + 23}, {1, 2 * 64 + 64}, {0, 100}};
+      std::mt19937 rng(++seed);
+      const auto rows = make_replaced(es, 2, 128, 48, f16, false, rng);
+      run_options ro;
+      ro.rows = &rows;
+      ro.splits = {1, 3};
+      run_case(*dev_, fc, 128, 2, 4, 64, shapes, es, 70, seed, ro);
+    }
+}
+
+TEST_F(cuda_packed_attention, every_position_replaced_equals_full_attention) {
+  unsigned seed = 1600;
+  for (const auto& fc : {formats[0], formats[5]}) {
+    const std::vector<slot_shape> shapes = {{4, 30}};
+    const std::vector<entry> es = {{0, 4 * 64 + 30}, {0, 77}};
+    // Build the fixtures once to take their exact rows (same seed as run_case's).
+    const auto fs = make_slots(fc, 128, 2, 4, 64, shapes, seed + 1);
+    std::mt19937 rng(seed);
+    const auto rows = make_replaced(es, 2, 128, 4 * 64 + 30, false, true, rng, &fs);
+    run_options ro;
+    ro.rows = &rows;
+    ro.exact_full = true;
+    ro.splits = {1, 2};
+    run_case(*dev_, fc, 128, 2, 4, 64, shapes, es, 32, seed + 1, ro);
+  }
+}
+
+TEST_F(cuda_packed_attention, probabilities_match_cpu) {
+  unsigned seed = 1700;
+  for (const auto& fc : {formats[1], formats[3], formats[5]}) {
+    run_options ro;
+    ro.probs = true;
+    ro.splits = {1, 3};
+    run_case(*dev_, fc, 128, 2, 4, 64, {{4, 21}, {1, 3}}, {{0, 4 * 64 + 21}, {1, 67}, {0, 150}}, 24, ++seed, ro);
+    std::mt19937 rng(seed);
+    const std::vector<entry> es = {{0, 3 * 64 + 9}};
+    const auto rows = make_replaced(es, 2, 128, 16, false, false, rng);
+    ro.rows = &rows;
+    run_case(*dev_, fc, 128, 2, 4, 64, {{3, 9}}, es, 16, seed, ro);
+  }
+}
+
+TEST_F(cuda_packed_attention, rejects_bad_arguments) {
+  kc::packed_attention_args a;
+  a.entries = 1;
+  a.n_heads = 8;
+  a.cache.n_kv_heads = 2;
+  a.cache.head_dim = 96;
+  EXPECT_THROW(kc::packed_attention(a, nullptr), std::invalid_argument);
+  a.cache.head_dim = 128;
+  a.cache.group = 16;
+  EXPECT_THROW(kc::packed_attention(a, nullptr), std::invalid_argument);
+  a.cache.group = 64;
+  a.cache.bits = 3;
+  EXPECT_THROW(kc::packed_attention(a, nullptr), std::invalid_argument);
+  a.cache.bits = 2;
+  a.n_heads = 6;  // GQA 3
+  EXPECT_THROW(kc::packed_attention(a, nullptr), std::invalid_argument);
+}
+#endif
+
+TEST_F(cuda_packed_attention, split_choice_fills_the_machine) {
+#ifdef SPECPIPE_HAVE_CUDA
+  // 64k tokens: 512 packed tiles + 1 window tile per (entry, head); 64 pairs.
+  const std::int64_t tiles = kc::packed_attention_tiles(65472, 65536);
+  EXPECT_EQ(tiles, 512 + 1);
+  const int s = kc::packed_attention_splits(8, 8, tiles, 132, 128, 4);
+  EXPECT_GE(64 * s, 132 * 4 * 9 / 10) << "fewer blocks than the slots of one wave";
+#endif
+}
+
+}  // namespace
+}  // namespace specpipe::test

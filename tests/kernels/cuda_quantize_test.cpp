@@ -1,0 +1,438 @@
+// CUDA quantize-and-pack (kernels/cuda/quantize.hpp) against the CPU's
+// quantize_key_group / quantize_value_rows: bit-exact codes, lower planes,
+// f16 scales and zeros on random bf16-valued rows with outlier channels, for
+// every rule (KIVI 1/2/4-bit, SpeCache 1-bit, hier's two planes), G 8..128,
+// head_dim 64 and 128; from the CPU's window layout into the CPU's packed
+// layout, and from a wrapping ring into per-(slot, head) runs with several
+// entries (some writing nothing). Also the row copies and the dequantization
+// the prefill path uses.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda_test_util.hpp"
+#include "kernels/quant_packed_fixture.hpp"
+#include "kernels/quant_reference.hpp"
+#include "kernels/quantize.hpp"
+
+#ifdef SPECPIPE_HAVE_CUDA
+#include "kernels/cuda/quantize.hpp"
+#endif
+
+namespace specpipe::test {
+namespace {
+
+class cuda_quantize : public cuda_test {};
+
+#ifdef SPECPIPE_HAVE_CUDA
+namespace kcpu = kernels::cpu;
+namespace kc = kernels::cuda;
+
+struct rule_case {
+  const char* name;
+  kcpu::quant_rule cpu;
+  kc::quant_rule_gpu gpu;
+  int bits;
+};
+const rule_case rules[] = {{"kivi1", kcpu::quant_rule::rtn, kc::quant_rule_gpu::rtn, 1},
+                           {"kivi2", kcpu::quant_rule::rtn, kc::quant_rule_gpu::rtn, 2},
+                           {"kivi4", kcpu::quant_rule::rtn, kc::quant_rule_gpu::rtn, 4},
+                           {"specache1", kcpu::quant_rule::specache, kc::quant_rule_gpu::specache, 1},
+                           {"hier", kcpu::quant_rule::hier, kc::quant_rule_gpu::hier, 4}};
+
+// Rows [tokens, heads, d] of bf16 values with outliers: a hot channel per
+// head and scattered spikes, a few exact zeros and a constant channel
+// (scale 0).
+std::vector<float> make_rows(std::mt19937& rng, std::int64_t tokens, std::int64_t heads, std::int64_t d) {
+  auto v = random_values(rng, std::size_t(tokens * heads * d), 20.f);
+  for (std::int64_t t = 0; t < tokens; ++t)
+    for (std::int64_t h = 0; h < heads; ++h) {
+      v[std::size_t((t * heads + h) * d + 3)] *= 12.f;  // outlier channel
+      v[std::size_t((t * heads + h) * d + 7)] = 0.5f;   // constant channel
+      if (t % 9 == 0) v[std::size_t((t * heads + h) * d + 11)] = 0.f;
+    }
+  return round_bf16(v);
+}
+
+void expect_bytes_equal(const std::vector<std::uint8_t>& got, const std::vector<std::uint8_t>& want,
+                        const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  int bad = 0;
+  for (std::size_t i = 0; i < got.size(); ++i)
+    if (got[i] != want[i] && bad++ < 5)
+      ADD_FAILURE() << what << ": byte " << i << " is " << int(got[i]) << ", expected " << int(want[i]);
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " bytes differ";
+}
+template <class T>
+std::vector<std::uint8_t> as_bytes(const std::vector<T>& v) {
+  const auto* p = reinterpret_cast<const std::uint8_t*>(v.data());
+  return std::vector<std::uint8_t>(p, p + v.size() * sizeof(T));
+}
+
+TEST_F(cuda_quantize, matches_cpu_bit_for_bit_in_the_cpu_layout) {
+  unsigned seed = 2000;
+  for (const auto& rc : rules)
+    for (const int d : {64, 128})
+      for (const int group : {8, 16, 32, 64, 128}) {
+        const std::string what =
+            std::string(rc.name) + " d=" + std::to_string(d) + " G=" + std::to_string(group);
+        SCOPED_TRACE(what);
+        const int heads = 3, groups = 3;
+        const std::int64_t tokens = std::int64_t(groups) * group, kvd = std::int64_t(heads) * d;
+        std::mt19937 rng(++seed);
+        const auto k = make_rows(rng, tokens, heads, d), v = make_rows(rng, tokens, heads, d);
+        const bool hier = rc.cpu == kcpu::quant_rule::hier;
+        const std::int64_t block = std::int64_t(d) * group * rc.bits / 8, row = std::int64_t(d) * rc.bits / 8;
+        const int vgs = std::min(group, d), ng = d / vgs;
+        // CPU, in its layout.
+        std::vector<std::uint8_t> kc_w(static_cast<std::size_t>(groups * heads * block)), kl_w(hier ? kc_w.size() : 0),
+            vc_w(static_cast<std::size_t>(tokens * heads * row)), vl_w(hier ? vc_w.size() : 0);
+        std::vector<std::uint16_t> ks_w(static_cast<std::size_t>(groups * heads * d)), kz_w(ks_w.size()),
+            vs_w(static_cast<std::size_t>(tokens * heads * ng)), vz_w(vs_w.size());
+        for (int g = 0; g < groups; ++g)
+          for (int h = 0; h < heads; ++h) {
+            const std::int64_t b = g * heads + h;
+            kcpu::quantize_key_group(k.data() + g * group * kvd + h * d, kvd, group, d, rc.bits, rc.cpu,
+                                     {kc_w.data() + b * block, hier ? kl_w.data() + b * block : nullptr,
+                                      ks_w.data() + b * d, kz_w.data() + b * d});
+          }
+        for (int h = 0; h < heads; ++h)
+          kcpu::quantize_value_rows(v.data() + h * d, kvd, tokens, d, vgs, rc.bits, rc.cpu,
+                                    {vc_w.data() + h * row, hier ? vl_w.data() + h * row : nullptr,
+                                     vs_w.data() + h * ng, vz_w.data() + h * ng},
+                                    heads * row, heads * ng);
+        // GPU, same layout: one entry quantizing all groups.
+        dev_array<std::uint16_t> kd(*dev_, to_bf16(k)), vd(*dev_, to_bf16(v));
+        dev_array<std::uint8_t> kc_d(*dev_, kc_w.size(), 0xAB), kl_d(*dev_, std::max<std::size_t>(16, kl_w.size()), 0xAB),
+            vc_d(*dev_, vc_w.size(), 0xAB), vl_d(*dev_, std::max<std::size_t>(16, vl_w.size()), 0xAB);
+        dev_array<std::uint16_t> ks_d(*dev_, ks_w.size(), 0xAB), kz_d(*dev_, kz_w.size(), 0xAB),
+            vs_d(*dev_, vs_w.size(), 0xAB), vz_d(*dev_, vz_w.size(), 0xAB);
+        dev_array<std::int32_t> slot(*dev_, std::vector<std::int32_t>{0}), first(*dev_, std::vector<std::int32_t>{0}),
+            count(*dev_, std::vector<std::int32_t>{groups});
+        kc::quantize_args a;
+        a.src.k = kd.get();
+        a.src.v = vd.get();
+        a.src.head_stride = d;
+        a.src.row_stride = kvd;
+        a.dst.k_codes = kc_d.get();
+        a.dst.v_codes = vc_d.get();
+        if (hier) {
+          a.dst.k_lower = kl_d.get();
+          a.dst.v_lower = vl_d.get();
+        }
+        a.dst.k_scale = ks_d.get();
+        a.dst.k_zero = kz_d.get();
+        a.dst.v_scale = vs_d.get();
+        a.dst.v_zero = vz_d.get();
+        a.dst.k_head = block;
+        a.dst.k_group = heads * block;
+        a.dst.ks_head = d;
+        a.dst.ks_group = std::int64_t(heads) * d;
+        a.dst.v_head = row;
+        a.dst.v_token = heads * row;
+        a.dst.vs_head = ng;
+        a.dst.vs_token = std::int64_t(heads) * ng;
+        a.rule = rc.gpu;
+        a.bits = rc.bits;
+        a.group = group;
+        a.head_dim = d;
+        a.n_kv_heads = heads;
+        a.entry_slot = slot.get();
+        a.entry_first_group = first.get();
+        a.entry_groups = count.get();
+        a.entries = 1;
+        a.max_groups = groups;
+        kc::quantize_groups(a, nullptr);
+        expect_bytes_equal(kc_d.download(), kc_w, what + " key codes");
+        expect_bytes_equal(as_bytes(ks_d.download()), as_bytes(ks_w), what + " key scales");
+        expect_bytes_equal(as_bytes(kz_d.download()), as_bytes(kz_w), what + " key zeros");
+        expect_bytes_equal(vc_d.download(), vc_w, what + " value codes");
+        expect_bytes_equal(as_bytes(vs_d.download()), as_bytes(vs_w), what + " value scales");
+        expect_bytes_equal(as_bytes(vz_d.download()), as_bytes(vz_w), what + " value zeros");
+        if (hier) {
+          expect_bytes_equal(kl_d.download(), kl_w, what + " key lower plane");
+          expect_bytes_equal(vl_d.download(), vl_w, what + " value lower plane");
+        }
+        EXPECT_TRUE(kc_d.sentinel_intact() && vc_d.sentinel_intact() && ks_d.sentinel_intact() &&
+                    vs_d.sentinel_intact())
+            << "write past a packed array";
+      }
+}
+
+// A ring of capacity 100 per (slot, head) holding positions 0..len-1 (rows
+// wrap), quantized into per-(slot, head) runs: entry 0 writes groups 1..2 of
+// slot 1, entry 1 nothing, entry 2 group 0 of slot 0. Everything else of the
+// runs keeps its poison.
+TEST_F(cuda_quantize, ring_source_into_runs_with_skipped_entries) {
+  for (const auto& rc : rules) {
+    SCOPED_TRACE(rc.name);
+    const int d = 128, heads = 2, group = 32, slots = 2, cap = 100, len = 3 * group + 5;
+    const std::int64_t max_groups = 4, block = std::int64_t(d) * group * rc.bits / 8, row = std::int64_t(d) * rc.bits / 8;
+    const int ng = d / std::min(group, d);
+    const bool hier = rc.cpu == kcpu::quant_rule::hier;
+    std::mt19937 rng(2100);
+    // Host rows [slot][pos][head][d], and the ring [slot][head][cap][d] (bf16).
+    std::vector<std::vector<float>> rows_k, rows_v;
+    std::vector<std::uint16_t> ring_k(static_cast<std::size_t>(slots * heads * cap * d)), ring_v(ring_k.size());
+    for (int s = 0; s < slots; ++s) {
+      rows_k.push_back(make_rows(rng, len, heads, d));
+      rows_v.push_back(make_rows(rng, len, heads, d));
+      for (int p = 0; p < len; ++p)
+        for (int h = 0; h < heads; ++h)
+          for (int c = 0; c < d; ++c) {
+            const std::size_t at = std::size_t(((s * heads + h) * cap + p % cap) * d + c);
+            ring_k[at] = f32_to_bf16(rows_k.back()[std::size_t((p * heads + h) * d + c)]);
+            ring_v[at] = f32_to_bf16(rows_v.back()[std::size_t((p * heads + h) * d + c)]);
+          }
+    }
+    const std::size_t runs = std::size_t(slots * heads);
+    dev_array<std::uint16_t> rk(*dev_, ring_k), rv(*dev_, ring_v);
+    dev_array<std::uint8_t> kc_d(*dev_, runs * std::size_t(max_groups * block), 0xAB),
+        kl_d(*dev_, runs * std::size_t(max_groups * block), 0xAB),
+        vc_d(*dev_, runs * std::size_t(max_groups * group * row), 0xAB),
+        vl_d(*dev_, runs * std::size_t(max_groups * group * row), 0xAB);
+    dev_array<std::uint16_t> ks_d(*dev_, runs * std::size_t(max_groups * d), 0xAB),
+        kz_d(*dev_, runs * std::size_t(max_groups * d), 0xAB),
+        vs_d(*dev_, runs * std::size_t(max_groups * group * ng), 0xAB),
+        vz_d(*dev_, runs * std::size_t(max_groups * group * ng), 0xAB);
+    dev_array<std::int32_t> slot(*dev_, std::vector<std::int32_t>{1, 0, 0}),
+        first(*dev_, std::vector<std::int32_t>{1, 2, 0}), count(*dev_, std::vector<std::int32_t>{2, 0, 1});
+    kc::quantize_args a;
+    a.src.k = rk.get();
+    a.src.v = rv.get();
+    a.src.slot_stride = std::int64_t(heads) * cap * d;
+    a.src.head_stride = std::int64_t(cap) * d;
+    a.src.row_stride = d;
+    a.src.ring = cap;
+    a.dst.k_codes = kc_d.get();
+    a.dst.v_codes = vc_d.get();
+    if (hier) {
+      a.dst.k_lower = kl_d.get();
+      a.dst.v_lower = vl_d.get();
+    }
+    a.dst.k_scale = ks_d.get();
+    a.dst.k_zero = kz_d.get();
+    a.dst.v_scale = vs_d.get();
+    a.dst.v_zero = vz_d.get();
+    a.dst.k_head = max_groups * block;
+    a.dst.k_slot = heads * a.dst.k_head;
+    a.dst.k_group = block;
+    a.dst.ks_head = max_groups * d;
+    a.dst.ks_slot = heads * a.dst.ks_head;
+    a.dst.ks_group = d;
+    a.dst.v_head = max_groups * group * row;
+    a.dst.v_slot = heads * a.dst.v_head;
+    a.dst.v_token = row;
+    a.dst.vs_head = max_groups * group * ng;
+    a.dst.vs_slot = heads * a.dst.vs_head;
+    a.dst.vs_token = ng;
+    a.rule = rc.gpu;
+    a.bits = rc.bits;
+    a.group = group;
+    a.head_dim = d;
+    a.n_kv_heads = heads;
+    a.entry_slot = slot.get();
+    a.entry_first_group = first.get();
+    a.entry_groups = count.get();
+    a.entries = 3;
+    a.max_groups = 2;
+    kc::quantize_groups(a, nullptr);
+    const auto kc_h = kc_d.download(), kl_h = kl_d.download(), vc_h = vc_d.download(), vl_h = vl_d.download();
+    const auto ks_h = ks_d.download(), kz_h = kz_d.download(), vs_h = vs_d.download(), vz_h = vz_d.download();
+    const std::pair<int, int> written[] = {{1, 1}, {1, 2}, {0, 0}};  // (slot, group)
+    for (int s = 0; s < slots; ++s)
+      for (int h = 0; h < heads; ++h)
+        for (int q = 0; q < max_groups; ++q) {
+          bool is_written = false;
+          for (const auto& w : written) is_written |= w.first == s && w.second == q;
+          const std::size_t run = std::size_t(s * heads + h);
+          const std::size_t kb = run * std::size_t(max_groups * block) + std::size_t(q * block);
+          const std::size_t ksb = run * std::size_t(max_groups * d) + std::size_t(q * d);
+          const std::size_t vb = run * std::size_t(max_groups * group * row) + std::size_t(q * group * row);
+          const std::size_t vsb = run * std::size_t(max_groups * group * ng) + std::size_t(q * group * ng);
+          const std::string where = "slot " + std::to_string(s) + " head " + std::to_string(h) + " group " +
+                                    std::to_string(q);
+          if (!is_written) {
+            for (std::int64_t i = 0; i < block; ++i)
+              ASSERT_EQ(kc_h[kb + std::size_t(i)], 0xAB) << where << ": written though skipped";
+            for (int i = 0; i < d; ++i) ASSERT_EQ(ks_h[ksb + std::size_t(i)], 0xABAB) << where;
+            continue;
+          }
+          std::vector<std::uint8_t> kcw(static_cast<std::size_t>(block)), klw(hier ? kcw.size() : 0),
+              vcw(static_cast<std::size_t>(group * row)), vlw(hier ? vcw.size() : 0);
+          std::vector<std::uint16_t> ksw(static_cast<std::size_t>(d)), kzw(ksw.size()),
+              vsw(static_cast<std::size_t>(group * ng)), vzw(vsw.size());
+          const float* kx = rows_k[std::size_t(s)].data() + std::size_t((q * group * heads + h) * d);
+          const float* vx = rows_v[std::size_t(s)].data() + std::size_t((q * group * heads + h) * d);
+          kcpu::quantize_key_group(kx, std::int64_t(heads) * d, group, d, rc.bits, rc.cpu,
+                                   {kcw.data(), hier ? klw.data() : nullptr, ksw.data(), kzw.data()});
+          kcpu::quantize_value_rows(vx, std::int64_t(heads) * d, group, d, std::min(group, d), rc.bits, rc.cpu,
+                                    {vcw.data(), hier ? vlw.data() : nullptr, vsw.data(), vzw.data()}, row, ng);
+          expect_bytes_equal(std::vector<std::uint8_t>(kc_h.begin() + std::ptrdiff_t(kb),
+                                                       kc_h.begin() + std::ptrdiff_t(kb) + block),
+                             kcw, where + " key codes");
+          expect_bytes_equal(std::vector<std::uint8_t>(vc_h.begin() + std::ptrdiff_t(vb),
+                                                       vc_h.begin() + std::ptrdiff_t(vb) + group * row),
+                             vcw, where + " value codes");
+          expect_bytes_equal(as_bytes(std::vector<std::uint16_t>(ks_h.begin() + std::ptrdiff_t(ksb),
+                                                                 ks_h.begin() + std::ptrdiff_t(ksb) + d)),
+                             as_bytes(ksw), where + " key scales");
+          expect_bytes_equal(as_bytes(std::vector<std::uint16_t>(kz_h.begin() + std::ptrdiff_t(ksb),
+                                                                 kz_h.begin() + std::ptrdiff_t(ksb) + d)),
+                             as_bytes(kzw), where + " key zeros");
+          expect_bytes_equal(as_bytes(std::vector<std::uint16_t>(vs_h.begin() + std::ptrdiff_t(vsb),
+                                                                 vs_h.begin() + std::ptrdiff_t(vsb) + group * ng)),
+                             as_bytes(vsw), where + " value scales");
+          expect_bytes_equal(as_bytes(std::vector<std::uint16_t>(vz_h.begin() + std::ptrdiff_t(vsb),
+                                                                 vz_h.begin() + std::ptrdiff_t(vsb) + group * ng)),
+                             as_bytes(vzw), where + " value zeros");
+          if (hier) {
+            expect_bytes_equal(std::vector<std::uint8_t>(kl_h.begin() + std::ptrdiff_t(kb),
+                                                         kl_h.begin() + std::ptrdiff_t(kb) + block),
+                               klw, where + " key lower plane");
+            expect_bytes_equal(std::vector<std::uint8_t>(vl_h.begin() + std::ptrdiff_t(vb),
+                                                         vl_h.begin() + std::ptrdiff_t(vb) + group * row),
+                               vlw, where + " value lower plane");
+          }
+        }
+  }
+}
+
+TEST_F(cuda_quantize, row_copies_through_a_ring_and_back) {
+  const int d = 64, heads = 2, slots = 2, cap = 10, len = 23;
+  std::mt19937 rng(2200);
+  const auto rows = to_bf16(random_values(rng, std::size_t(slots * heads * len * d)));  // [slot][head][pos][d]
+  dev_array<std::uint16_t> lin_k(*dev_, rows), lin_v(*dev_, rows), ring_k(*dev_, std::size_t(slots * heads * cap * d)),
+      ring_v(*dev_, std::size_t(slots * heads * cap * d)), back_k(*dev_, rows.size()), back_v(*dev_, rows.size());
+  // Positions 13..22 of both slots into the ring (wrapping at 20), then back.
+  dev_array<std::int32_t> slot(*dev_, std::vector<std::int32_t>{0, 1}), first(*dev_, std::vector<std::int32_t>{13, 13}),
+      count(*dev_, std::vector<std::int32_t>{10, 10});
+  kc::row_copy_args a;
+  a.from.k = lin_k.get();
+  a.from.v = lin_v.get();
+  a.from.slot_stride = std::int64_t(heads) * len * d;
+  a.from.head_stride = std::int64_t(len) * d;
+  a.from.row_stride = d;
+  a.to_k = ring_k.get();
+  a.to_v = ring_v.get();
+  a.to_slot_stride = std::int64_t(heads) * cap * d;
+  a.to_head_stride = std::int64_t(cap) * d;
+  a.to_row_stride = d;
+  a.to_ring = cap;
+  a.entry_slot = slot.get();
+  a.entry_first = first.get();
+  a.entry_count = count.get();
+  a.entries = 2;
+  a.n_kv_heads = heads;
+  a.head_dim = d;
+  a.max_rows = 10;
+  kc::copy_rows(a, nullptr);
+  kc::row_copy_args b = a;
+  b.from.k = ring_k.get();
+  b.from.v = ring_v.get();
+  b.from.slot_stride = a.to_slot_stride;
+  b.from.head_stride = a.to_head_stride;
+  b.from.ring = cap;
+  b.to_k = back_k.get();
+  b.to_v = back_v.get();
+  b.to_slot_stride = a.from.slot_stride;
+  b.to_head_stride = a.from.head_stride;
+  b.to_ring = 0x7fffffff;
+  kc::copy_rows(b, nullptr);
+  const auto got = back_k.download(), gotv = back_v.download();
+  for (int s = 0; s < slots; ++s)
+    for (int h = 0; h < heads; ++h)
+      for (int p = 0; p < len; ++p)
+        for (int c = 0; c < d; ++c) {
+          const std::size_t at = std::size_t(((s * heads + h) * len + p) * d + c);
+          if (p >= 13) {
+            ASSERT_EQ(got[at], rows[at]) << "slot " << s << " head " << h << " position " << p;
+            ASSERT_EQ(gotv[at], rows[at]);
+          } else {
+            ASSERT_EQ(got[at], 0xffffu) << "position " << p << " was not copied";
+          }
+        }
+}
+
+TEST_F(cuda_quantize, dequantized_rows_match_the_reference) {
+  for (const auto& rc : rules)
+    for (const bool lower : {false, true}) {
+      if (lower && rc.cpu != kcpu::quant_rule::hier) continue;
+      SCOPED_TRACE(std::string(rc.name) + (lower ? " INT8" : ""));
+      packed_fixture f;
+      f.heads = 4;
+      f.kv_heads = 2;
+      f.d = 128;
+      f.group = 64;
+      f.groups = 3;
+      f.window = 0;
+      f.bits = rc.bits;
+      f.rule = rc.cpu;
+      f.read_lower = lower;
+      f.build(2300);
+      std::vector<float> dk, dv;
+      f.dequantized(dk, dv);
+      dev_array<std::uint8_t> kc_d(*dev_, f.k_codes), vc_d(*dev_, f.v_codes),
+          kl_d(*dev_, lower ? f.k_lower : std::vector<std::uint8_t>(16)),
+          vl_d(*dev_, lower ? f.v_lower : std::vector<std::uint8_t>(16));
+      dev_array<std::uint16_t> ks_d(*dev_, f.k_scale), kz_d(*dev_, f.k_zero), vs_d(*dev_, f.v_scale),
+          vz_d(*dev_, f.v_zero);
+      const std::size_t n = std::size_t(f.quantized() * f.kv_heads * f.d);
+      dev_array<std::uint16_t> ok(*dev_, n), ov(*dev_, n);
+      kc::dequantize_args a;
+      a.src.k_codes = kc_d.get();
+      a.src.v_codes = vc_d.get();
+      a.src.k_lower = kl_d.get();
+      a.src.v_lower = vl_d.get();
+      a.src.k_scale = ks_d.get();
+      a.src.k_zero = kz_d.get();
+      a.src.v_scale = vs_d.get();
+      a.src.v_zero = vz_d.get();
+      const std::int64_t block = f.d * f.group * f.bits / 8, row = f.d * f.bits / 8, ng = f.d / f.value_group();
+      a.src.k_head = block;
+      a.src.k_group = f.kv_heads * block;
+      a.src.ks_head = f.d;
+      a.src.ks_group = f.kv_heads * f.d;
+      a.src.v_head = row;
+      a.src.v_token = f.kv_heads * row;
+      a.src.vs_head = ng;
+      a.src.vs_token = f.kv_heads * ng;
+      a.lower = lower;
+      a.bits = f.bits;
+      a.group = int(f.group);
+      a.head_dim = int(f.d);
+      a.n_kv_heads = int(f.kv_heads);
+      a.groups = int(f.groups);
+      a.to_k = ok.get();
+      a.to_v = ov.get();
+      a.to_head_stride = f.d;                // rows [pos][head][d], like the CPU's
+      a.to_row_stride = f.kv_heads * f.d;
+      kc::dequantize_rows(a, nullptr);
+      const auto gk = from_bf16(ok.download()), gv = from_bf16(ov.download());
+      std::vector<double> rk(dk.begin(), dk.end()), rv(dv.begin(), dv.end());
+      // One bf16 rounding of an f32 value (the GPU may fuse the multiply-add).
+      expect_close(gk, rk, 1e-6, 1.0 / 128, "dequantized keys", 2300);
+      expect_close(gv, rv, 1e-6, 1.0 / 128, "dequantized values", 2300);
+      EXPECT_TRUE(ok.sentinel_intact() && ov.sentinel_intact());
+    }
+}
+#endif
+
+TEST_F(cuda_quantize, rejects_bad_arguments) {
+#ifdef SPECPIPE_HAVE_CUDA
+  kc::quantize_args a;
+  a.entries = 1;
+  a.n_kv_heads = 1;
+  a.group = 48;
+  EXPECT_THROW(kc::quantize_groups(a, nullptr), std::invalid_argument);
+  a.group = 64;
+  a.bits = 2;
+  a.rule = kc::quant_rule_gpu::specache;
+  EXPECT_THROW(kc::quantize_groups(a, nullptr), std::invalid_argument);
+#endif
+}
+
+}  // namespace
+}  // namespace specpipe::test

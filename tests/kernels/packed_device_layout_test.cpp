@@ -1,0 +1,55 @@
+// The host-built device arrangement of the GPU attention tests
+// (packed_device_layout.hpp) reads back the same keys and values as the CPU
+// fixture it came from: the harness of the GPU tests, checked without a GPU.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "kernels/packed_device_layout.hpp"
+
+namespace specpipe::test {
+namespace {
+
+TEST(packed_device_layout, reads_back_the_fixture) {
+  namespace kc = kernels::cpu;
+  for (const auto rule : {kc::quant_rule::rtn, kc::quant_rule::hier})
+    for (const int bits : {1, 4}) {
+      if (rule == kc::quant_rule::hier && bits != 4) continue;
+      std::vector<packed_fixture> fs(3);
+      const std::int64_t groups[3] = {3, 0, 5}, windows[3] = {37, 45, 1};
+      for (int s = 0; s < 3; ++s) {
+        auto& f = fs[std::size_t(s)];
+        f.heads = 8;
+        f.kv_heads = 2;
+        f.d = 64;
+        f.group = 32;
+        f.groups = groups[s];
+        f.window = windows[s];
+        f.bits = bits;
+        f.rule = rule;
+        f.read_lower = rule == kc::quant_rule::hier;
+        f.build(40 + std::uint64_t(s));
+      }
+      const auto L = device_layout_host::build(fs, 47);  // ring wraps for slots 0 and 2
+      for (int s = 0; s < 3; ++s) {
+        const auto& f = fs[std::size_t(s)];
+        std::vector<float> dk, dv;
+        f.dequantized(dk, dv);
+        for (std::int64_t p = 0; p < f.len(); ++p)
+          for (std::int64_t h = 0; h < f.kv_heads; ++h)
+            for (int c = 0; c < f.d; ++c) {
+              const std::size_t at = std::size_t((p * f.kv_heads + h) * f.d + c);
+              const bool win = p >= f.quantized();
+              const float wk = win ? bf16_to_f32(f32_to_bf16(dk[at])) : dk[at];
+              const float wv = win ? bf16_to_f32(f32_to_bf16(dv[at])) : dv[at];
+              ASSERT_FLOAT_EQ(L.key_at(s, h, p, c, f.quantized(), f.read_lower), wk)
+                  << "slot " << s << " position " << p << " head " << h << " channel " << c;
+              ASSERT_FLOAT_EQ(L.value_at(s, h, p, c, f.quantized(), f.read_lower), wv)
+                  << "slot " << s << " position " << p << " head " << h << " channel " << c;
+            }
+      }
+    }
+}
+
+}  // namespace
+}  // namespace specpipe::test
