@@ -137,10 +137,10 @@ def parse_args(argv):
                          "(induction targets)")
     ap.add_argument("--repeat-min", type=int, default=16,
                     help="shortest repeated span, in tokens (the longest is half the row)")
-    ap.add_argument("--induct-frac", type=float, default=0.3,
+    ap.add_argument("--induct-frac", type=float, default=0.4,
                     help="share of the rows of text holding pairs of random-token spans "
                          "(pure induction targets)")
-    ap.add_argument("--induct-every", type=int, default=64,
+    ap.add_argument("--induct-every", type=int, default=48,
                     help="row tokens per random-span pair in induction rows")
     ap.add_argument("--induct-digits", type=float, default=0.5,
                     help="share of the random spans drawn from the ten digit tokens (the "
