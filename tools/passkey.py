@@ -53,7 +53,7 @@ import argparse
 import json
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -76,6 +76,7 @@ class Haystack:
 
     tokens: np.ndarray  # uint16, books separated by EOS
     books: np.ndarray  # int64 [n, 2]
+    _fits: dict = field(default_factory=dict)  # window size -> books long enough
 
     @staticmethod
     def load(data_dir: Path, split: str) -> "Haystack":
@@ -98,7 +99,9 @@ class Haystack:
     def window(self, rng: np.random.Generator, size: int) -> np.ndarray:
         """A uniformly placed window of `size` tokens inside one book long enough."""
         lengths = self.books[:, 1] - self.books[:, 0]
-        fits = np.flatnonzero(lengths >= size)
+        fits = self._fits.get(size)
+        if fits is None:
+            fits = self._fits[size] = np.flatnonzero(lengths >= size)
         if fits.size == 0:
             raise ValueError(f"no book holds {size} haystack tokens (longest: "
                              f"{int(lengths.max(initial=0))})")
@@ -108,19 +111,66 @@ class Haystack:
 
 
 class PasskeyEncoder:
-    """Encodes the fixed texts of the format with one tokenizer."""
+    """Encodes the fixed texts of the format with one tokenizer.
+
+    Training builds thousands of documents a second, so needle and answer ids
+    are assembled from the separately encoded text around the key and the
+    key's ids, which are the ids of its runs of up to three digits (a
+    Llama-3-style pre-tokenizer isolates those runs, so no merge crosses
+    them). The constructor checks this against the tokenizer's own encoding of
+    whole needles and answers for many keys, and falls back to encoding each
+    text whole when a tokenizer behaves otherwise.
+    """
 
     def __init__(self, tokenizer, bos_id: int | None, eos_id: int):
         self.tokenizer = tokenizer
         self.bos = [] if bos_id is None else [int(bos_id)]
         self.eos_id = int(eos_id)
         self.question = self._encode(QUESTION)
+        self._chunks: dict[str, list[int]] = {}
+        self._needle_parts = [self._encode(t) for t in NEEDLE.split("{key}")]
+        self._answer_parts = [self._encode(t) for t in ANSWER.split("{key}")]
+        self.fast = True
+        rng = np.random.default_rng(12345)
+        keys = [random_key(rng, 1, 9) for _ in range(300)] + ["1000", "10000", "999999", "1010101"]
+        self.fast = all(self.needle(k) == self.needle_exact(k) and
+                        self.answer(k) == self._encode(ANSWER.format(key=k)) for k in keys)
 
     def _encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False).ids
 
+    def key_ids(self, key: str) -> list[int]:
+        """Ids of a decimal key: its runs of three digits from the left, each
+        encoded once and cached."""
+        ids = []
+        for i in range(0, len(key), 3):
+            chunk = key[i:i + 3]
+            got = self._chunks.get(chunk)
+            if got is None:
+                got = self._chunks[chunk] = self._encode(chunk)
+            ids.extend(got)
+        return ids
+
+    def _assembled(self, parts: list[list[int]], key: list[int]) -> list[int]:
+        ids = list(parts[0])
+        for part in parts[1:]:
+            ids.extend(key)
+            ids.extend(part)
+        return ids
+
     def needle(self, key: str) -> tuple[list[int], list[int]]:
         """Needle ids and their roles: ROLE_KEY on the tokens of the first key."""
+        if not self.fast:
+            return self.needle_exact(key)
+        k = self.key_ids(key)
+        ids = self._assembled(self._needle_parts, k)
+        n0 = len(self._needle_parts[0])
+        roles = [ROLE_TEXT] * len(ids)
+        roles[n0:n0 + len(k)] = [ROLE_KEY] * len(k)
+        return ids, roles
+
+    def needle_exact(self, key: str) -> tuple[list[int], list[int]]:
+        """needle() by encoding the whole text (the reference for the fast path)."""
         text = NEEDLE.format(key=key)
         enc = self.tokenizer.encode(text, add_special_tokens=False)
         k0 = text.index(key)
@@ -129,7 +179,9 @@ class PasskeyEncoder:
         return enc.ids, roles
 
     def answer(self, key: str) -> list[int]:
-        return self._encode(ANSWER.format(key=key))
+        if not self.fast:
+            return self._encode(ANSWER.format(key=key))
+        return self._assembled(self._answer_parts, self.key_ids(key))
 
     def decode(self, ids) -> str:
         return self.tokenizer.decode([int(i) for i in ids], skip_special_tokens=True)
@@ -169,8 +221,7 @@ def training_sample(enc: PasskeyEncoder, haystack: Haystack, length: int,
     with a role per token. Depth is uniform in [0, 1]."""
     key = random_key(rng, min_digits, max_digits)
     depth = float(rng.random())
-    answer = enc.answer(key)
-    prompt_length = length - len(answer) - 1
+    prompt_length = length - len(enc.answer(key)) - 1
     hay = haystack.window(rng, max(0, prompt_length))
     ids, roles, answer = assemble(enc, hay, key, depth, prompt_length)
     ids = np.concatenate([ids, np.asarray(answer + [enc.eos_id], dtype=np.int64)])
@@ -259,6 +310,11 @@ def self_test(enc: PasskeyEncoder, haystack: Haystack) -> None:
     q = len(enc.question)
     needle1, _ = enc.needle(a[4].key)
     assert list(a[4].prompt_ids[-q - len(needle1):-q]) == needle1, "depth 1 misplaced"
+    assert enc.fast, "the tokenizer does not encode keys as runs of three digits"
+    for _ in range(2000):
+        key = random_key(rng, 1, 12)
+        assert enc.needle(key) == enc.needle_exact(key), key
+        assert enc.answer(key) == enc._encode(ANSWER.format(key=key)), key
     assert score(" 48213.", "48213") and score("48213", "48213")
     assert not score(" 482131", "48213") and not score(" 4821", "48213")
     assert not score(" the 48213", "48213")

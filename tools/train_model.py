@@ -12,7 +12,7 @@ Reproduction (the packed data is made once, beside the repository):
 
     python3 tools/pack_corpus.py --tokenizer models/default/tokenizer.json --out .carry/corpus
     python3 tools/train_model.py --data .carry/corpus --tokenizer models/default/tokenizer.json \\
-        --out OUT/model --minutes 6
+        --out OUT/run --minutes 7
 
 and a CPU check of the whole path (tiny model, a few steps, short contexts):
 
@@ -20,27 +20,35 @@ and a CPU check of the whole path (tiny model, a few steps, short contexts):
         --smoke --device cpu
 
 Training: bf16 autocast over fp32 master weights, AdamW (betas 0.9/0.95, weight
-decay on matrices), linear warmup then a cosine decay over the time budget,
-gradient clipping, PyTorch SDPA attention (flash kernels on the GPU). Context
-grows in stages (1024, 2048, 4096, then 8192 for the last 55% of the time) at a
-constant number of tokens per step. Rows are of three kinds (tools/train_batches.py):
-plain text (random windows of the packed training tokens), repeated text
-(``--repeat-frac``: a span that reappears verbatim later in the row, so that
-induction heads form early) and passkey rows (``--passkey-frac``: one document
-of the row's length, or short documents of log-uniform length packed back to
-back). Passkey answer tokens get a separate mean loss added with
-``--answer-weight``; the first statement of the key gets no loss, the second
-("... Remember it. {key} is the pass key.") keeps the ordinary loss, being
-itself a short-range copy. Every row starts with BOS.
+decay on matrices), linear warmup, a constant lr and then a cosine decay over
+the last ``--decay-frac`` of the time budget, gradient clipping, PyTorch SDPA
+attention (flash kernels on the GPU). Context grows in stages (512, 1024, 2048,
+4096, then 8192 for the last half of the time) at a constant number of tokens
+per step. Rows are of four kinds (tools/train_batches.py): plain text (random
+windows of the packed training tokens), repeated text (``--repeat-frac``: a
+span that reappears verbatim later in the row), induction rows
+(``--induct-frac``: pairs of random-token spans, digits or any tokens, the
+second copy predictable only by copying; their mean loss is added with
+``--induct-weight``) and passkey rows (``--passkey-frac``: one document of the
+row's length, or short documents of log-uniform length packed back to back).
+Passkey answer tokens get a separate mean loss added with ``--answer-weight``;
+the first statement of the key gets no loss, the second ("... Remember it.
+{key} is the pass key.") keeps the ordinary loss, being itself a short-range
+copy. Every row starts with BOS. Every ``--eval-every`` steps a log line also
+reports greedy passkey accuracy on a few validation documents of the current
+context.
 
 ``--minutes`` bounds the whole run: training stops ``--reserve-s`` seconds
-before the end to leave time for export and evaluation. The output folder gets
-config.json, model.safetensors in bf16 (sharded so that every file is at most
-15 MB), tokenizer.json, tokenizer_config.json, generation_config.json (greedy)
-and train_report.json. Evaluation runs on the exported checkpoint as reloaded
-by ``from_pretrained``: validation perplexity at contexts 2048 and 8192 on the
+before the end to leave time for export and evaluation. The ``--out`` folder
+(absent or empty) gets train.log (every printed line, and the error of a failed
+run), train_report.json and model/: config.json, model.safetensors in bf16
+(sharded so that every file is at most 15 MB), tokenizer.json,
+tokenizer_config.json, generation_config.json (greedy) and a copy of
+train_report.json. Evaluation runs on the exported checkpoint as reloaded by
+``from_pretrained``: validation perplexity at contexts 2048 and 8192 on the
 same held-out tokens, the unigram perplexity of those tokens under training
-counts, and passkey accuracy (greedy digits) for 1k/2k/4k/8k x 5 depths.
+counts, and passkey accuracy (greedy digits) for 1k/2k/4k/8k x 5 depths; a
+last line judges them against the targets.
 """
 from __future__ import annotations
 
@@ -59,7 +67,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import passkey as pk  # noqa: E402
-from train_batches import ROLE_COPY, Batcher, check_batch  # noqa: E402
+from train_batches import ROLE_COPY, ROLE_INDUCT, Batcher, check_batch  # noqa: E402
 
 MAX_FILE_BYTES = 15_000_000
 
@@ -76,17 +84,26 @@ MODEL_SHAPES = {
 }
 
 
+_LOG_FILE = None  # the run's train.log, once --out is known
+
+
 def log(msg: str) -> None:
     print(msg, flush=True)
+    if _LOG_FILE is not None:
+        _LOG_FILE.write(msg + "\n")
+        _LOG_FILE.flush()
 
 
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, required=True, help="folder from tools/pack_corpus.py")
     ap.add_argument("--tokenizer", type=Path, required=True, help="tokenizer.json")
-    ap.add_argument("--out", type=Path, required=True, help="checkpoint folder to write")
-    ap.add_argument("--minutes", type=float, default=6.0, help="wall-clock budget of the run")
-    ap.add_argument("--reserve-s", type=float, default=50.0,
+    ap.add_argument("--out", type=Path, required=True,
+                    help="run folder to write: model/ (the checkpoint), train_report.json, "
+                         "train.log; must be empty or absent")
+    ap.add_argument("--minutes", type=float, default=7.0,
+                    help="wall-clock budget of the run from the start of main()")
+    ap.add_argument("--reserve-s", type=float, default=45.0,
                     help="seconds kept for export and evaluation")
     ap.add_argument("--max-steps", type=int, default=None)
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
@@ -96,29 +113,49 @@ def parse_args(argv):
     ap.add_argument("--model", default=None, choices=tuple(MODEL_SHAPES),
                     help="model shape (default: 'default', or 'smoke' with --smoke); 'small' "
                          "(2 layers, hidden 128) is for recipe experiments on a CPU")
-    ap.add_argument("--batch-tokens", type=int, default=16 * 8192, help="tokens per step")
-    ap.add_argument("--stages", default="0:1024,0.1:2048,0.25:4096,0.45:8192",
+    ap.add_argument("--batch-tokens", type=int, default=8 * 8192, help="tokens per step")
+    ap.add_argument("--stages", default="0:512,0.1:1024,0.2:2048,0.35:4096,0.5:8192",
                     help="time fraction:context pairs of the curriculum")
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--min-lr-frac", type=float, default=0.1)
+    ap.add_argument("--decay-frac", type=float, default=0.4,
+                    help="share of the budget, at its end, over which the lr decays (cosine) "
+                         "to --min-lr-frac; before it the lr stays at --lr after warmup "
+                         "(1.0: a cosine over the whole run)")
     ap.add_argument("--warmup-steps", type=int, default=100)
     ap.add_argument("--weight-decay", type=float, default=0.1)
     ap.add_argument("--clip", type=float, default=1.0)
-    ap.add_argument("--passkey-frac", type=float, default=0.3,
+    ap.add_argument("--passkey-frac", type=float, default=0.4,
                     help="share of the rows holding passkey documents")
     ap.add_argument("--passkey-full", type=float, default=0.25,
                     help="share of the passkey rows that are one document of the row's length; "
                          "the others pack documents of log-uniform length")
     ap.add_argument("--passkey-min", type=int, default=64,
                     help="shortest packed passkey document, in tokens")
-    ap.add_argument("--repeat-frac", type=float, default=0.2,
+    ap.add_argument("--repeat-frac", type=float, default=0.1,
                     help="share of the rows of text in which a span reappears verbatim "
                          "(induction targets)")
     ap.add_argument("--repeat-min", type=int, default=16,
                     help="shortest repeated span, in tokens (the longest is half the row)")
-    ap.add_argument("--answer-weight", type=float, default=2.0)
+    ap.add_argument("--induct-frac", type=float, default=0.4,
+                    help="share of the rows of text holding pairs of random-token spans "
+                         "(pure induction targets)")
+    ap.add_argument("--induct-every", type=int, default=48,
+                    help="row tokens per random-span pair in induction rows")
+    ap.add_argument("--induct-digits", type=float, default=0.5,
+                    help="share of the random spans drawn from the ten digit tokens (the "
+                         "others from the whole vocabulary)")
+    ap.add_argument("--answer-weight", type=float, default=3.0)
+    ap.add_argument("--induct-weight", type=float, default=1.0,
+                    help="weight of the mean loss over induction targets, added to the "
+                         "ordinary loss (which counts them too)")
     ap.add_argument("--compile", action="store_true", help="torch.compile the decoder")
-    ap.add_argument("--log-every", type=int, default=20)
+    ap.add_argument("--log-every", type=int, default=50)
+    ap.add_argument("--eval-every", type=int, default=500,
+                    help="steps between passkey probes during training (at the next log "
+                         "line; 0: none): greedy accuracy on --probe-per-cell x 5 depths "
+                         "validation documents of the current context")
+    ap.add_argument("--probe-per-cell", type=int, default=4)
     ap.add_argument("--eval-tokens", type=int, default=64 * 8192,
                     help="held-out tokens for perplexity (rounded to the longest context)")
     ap.add_argument("--ppl-contexts", default="2048,8192")
@@ -135,6 +172,7 @@ def parse_args(argv):
         args.max_steps = args.max_steps or 40
         args.warmup_steps = min(args.warmup_steps, 5)
         args.log_every = min(args.log_every, 10)
+        args.eval_every = min(args.eval_every, 20)
         args.eval_tokens = min(args.eval_tokens, 8 * 256)
         args.ppl_contexts = "128,256"
         args.passkey_lengths = "128,256"
@@ -178,12 +216,15 @@ def stage_length(stages, frac: float) -> int:
 
 
 def lr_at(args, step: int, frac: float) -> float:
-    # Linear warmup over steps, then cosine over the fraction of the time (or
-    # step) budget spent: lr_min + (lr - lr_min) * (1 + cos(pi * f)) / 2.
+    # Linear warmup over steps, constant up to the last --decay-frac of the
+    # time (or step) budget, then a cosine over it:
+    # lr_min + (lr - lr_min) * (1 + cos(pi * f)) / 2, f the share of the decay done.
     if step < args.warmup_steps:
         return args.lr * (step + 1) / args.warmup_steps
     lo = args.lr * args.min_lr_frac
-    return lo + (args.lr - lo) * 0.5 * (1.0 + math.cos(math.pi * min(1.0, frac)))
+    start = 1.0 - args.decay_frac
+    f = min(1.0, max(0.0, frac - start) / max(1e-9, args.decay_frac))
+    return lo + (args.lr - lo) * 0.5 * (1.0 + math.cos(math.pi * f))
 
 
 def token_losses(decoder, lm_head, inputs, targets):
@@ -195,7 +236,7 @@ def token_losses(decoder, lm_head, inputs, targets):
     return ce.view(targets.shape), logits
 
 
-def train(args, model, batcher, device, t_start: float) -> dict:
+def train(args, model, batcher, device, t_start: float, probe=None) -> dict:
     stages = parse_stages(args.stages)
     longest = max(n for _, n in stages)
     if args.batch_tokens < longest:
@@ -219,13 +260,16 @@ def train(args, model, batcher, device, t_start: float) -> dict:
     autocast = torch.autocast(device_type=device.type, dtype=torch.bfloat16)
     pin = device.type == "cuda"
     step, tokens_seen, checked_length = 0, 0, 0
-    # lm loss sum, answer loss sum, answer hits, answer n, copy loss sum, copy hits, copy n
-    acc = torch.zeros(7, device=device)
+    next_probe = args.eval_every
+    # lm loss sum, answer loss sum, answer hits, answer n, copy loss sum, copy hits, copy n,
+    # induction loss sum, induction hits, induction n
+    acc = torch.zeros(10, device=device)
     last_t, last_tokens, last_step = time.time(), 0, 0
     history = []
     log(f"train: budget {budget:.0f}s for training, {args.batch_tokens} tokens/step, "
         f"stages {stages}, passkey share {args.passkey_frac} ({args.passkey_full} of it "
-        f"full-length), repeated-text share {args.repeat_frac}")
+        f"full-length), repeated-text share {args.repeat_frac}, induction share "
+        f"{args.induct_frac}")
     model.train()
     while True:
         now = time.time()
@@ -248,7 +292,8 @@ def train(args, model, batcher, device, t_start: float) -> dict:
         roles = roles.to(device, non_blocking=True)
         inputs, targets, target_roles = tokens[:, :-1], tokens[:, 1:], roles[:, 1:]
         copy_mask = (target_roles == ROLE_COPY).float()
-        lm_mask = (target_roles == pk.ROLE_TEXT).float() + copy_mask
+        ind_mask = (target_roles == ROLE_INDUCT).float()
+        lm_mask = (target_roles == pk.ROLE_TEXT).float() + copy_mask + ind_mask
         ans_mask = (target_roles == pk.ROLE_ANSWER).float()
         lr = lr_at(args, step, frac)
         for group in opt.param_groups:
@@ -258,6 +303,8 @@ def train(args, model, batcher, device, t_start: float) -> dict:
         lm_loss = (ce * lm_mask).sum() / lm_mask.sum().clamp(min=1.0)
         ans_loss = (ce * ans_mask).sum() / ans_mask.sum().clamp(min=1.0)
         loss = lm_loss + args.answer_weight * ans_loss
+        if args.induct_weight:
+            loss = loss + args.induct_weight * (ce * ind_mask).sum() / ind_mask.sum().clamp(min=1.0)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
@@ -266,7 +313,9 @@ def train(args, model, batcher, device, t_start: float) -> dict:
             right = (logits.argmax(-1) == targets).float()
             acc += torch.stack([lm_loss.detach(), ans_loss.detach(), (right * ans_mask).sum(),
                                 ans_mask.sum(), (ce.detach() * copy_mask).sum(),
-                                (right * copy_mask).sum(), copy_mask.sum()])
+                                (right * copy_mask).sum(), copy_mask.sum(),
+                                (ce.detach() * ind_mask).sum(), (right * ind_mask).sum(),
+                                ind_mask.sum()])
         del logits
         step += 1
         tokens_seen += rows * length
@@ -275,19 +324,30 @@ def train(args, model, batcher, device, t_start: float) -> dict:
                 torch.cuda.synchronize()
             t = time.time()
             n = step - last_step
-            lm, al, h, an, cl, ch, cn = acc.tolist()
+            lm, al, h, an, cl, ch, cn, il, ih, inn = acc.tolist()
+            if not (math.isfinite(lm) and math.isfinite(al)):
+                raise SystemExit(f"training diverged by step {step}: loss {lm / n}, answer loss "
+                                 f"{al / n} (try a lower --lr)")
             tps = (tokens_seen - last_tokens) / max(1e-9, t - last_t)
             rec = {"step": step, "seconds": round(t - t_start, 1), "context": length,
                    "lr": lr, "lm_loss": lm / n, "answer_loss": al / n,
                    "answer_token_acc": h / max(1.0, an), "copy_loss": cl / max(1.0, cn),
-                   "copy_token_acc": ch / max(1.0, cn), "tokens_per_s": tps}
+                   "copy_token_acc": ch / max(1.0, cn), "induct_loss": il / max(1.0, inn),
+                   "induct_token_acc": ih / max(1.0, inn), "tokens_per_s": tps}
+            line = (f"step {step:5d}  t {t - t_start:6.1f}s  ctx {length:5d}  lr {lr:.2e}  "
+                    f"loss {lm / n:.4f}  answer {al / n:.3f} (acc {h / max(1.0, an):.2f})  "
+                    f"copy {cl / max(1.0, cn):.3f} (acc {ch / max(1.0, cn):.2f})  ")
+            if inn:
+                line += f"induct {il / max(1.0, inn):.3f} (acc {ih / max(1.0, inn):.2f})  "
+            line += f"{tps / 1e3:8.1f}k tok/s"
+            if probe is not None and args.eval_every and step >= next_probe:
+                next_probe += args.eval_every
+                rec["probe_passkey"] = probe(model, length)
+                line += f"  passkey@{length} {rec['probe_passkey']:.2f}"
             history.append(rec)
-            log(f"step {step:5d}  t {t - t_start:6.1f}s  ctx {length:5d}  lr {lr:.2e}  "
-                f"loss {lm / n:.4f}  answer {al / n:.3f} (acc {h / max(1.0, an):.2f})  "
-                f"copy {cl / max(1.0, cn):.3f} (acc {ch / max(1.0, cn):.2f})  "
-                f"{tps / 1e3:8.1f}k tok/s")
+            log(line)
             acc.zero_()
-            last_t, last_tokens, last_step = t, tokens_seen, step
+            last_t, last_tokens, last_step = time.time(), tokens_seen, step
     if device.type == "cuda":
         torch.cuda.synchronize()
     seconds = time.time() - t_train
@@ -297,10 +357,9 @@ def train(args, model, batcher, device, t_start: float) -> dict:
             "tokens_per_s": tokens_seen / max(1e-9, seconds), "history": history}
 
 
-def export(args, model, meta: dict) -> None:
+def export(args, model, meta: dict, out: Path) -> None:
     from transformers import GenerationConfig
 
-    out = args.out
     out.mkdir(parents=True, exist_ok=True)
     model = model.to(torch.bfloat16)
     model.save_pretrained(out, max_shard_size="15MB")
@@ -442,12 +501,12 @@ def eval_passkey(model, enc, haystack, lengths, per_cell, seed, batch, device) -
             "passkey_mean": {n: float(np.mean(list(row.values()))) for n, row in table.items()}}
 
 
-def reload_checked(args, model, valid, device):
+def reload_checked(model_dir: Path, model, valid, device):
     """The exported checkpoint as from_pretrained loads it, checked against the
     in-memory bf16 model on one validation window."""
     from transformers import LlamaForCausalLM
 
-    reloaded = LlamaForCausalLM.from_pretrained(args.out, attn_implementation="sdpa")
+    reloaded = LlamaForCausalLM.from_pretrained(model_dir, attn_implementation="sdpa")
     reloaded = reloaded.to(device=device, dtype=torch.bfloat16).eval()
     if reloaded.lm_head.weight.data_ptr() != reloaded.model.embed_tokens.weight.data_ptr():
         raise SystemExit("reloaded checkpoint does not tie lm_head to embed_tokens")
@@ -478,10 +537,48 @@ def print_tables(ev: dict) -> None:
             + f"  {ev['passkey_mean'][length]:6.2f}")
 
 
+def target_summary(ev: dict) -> str:
+    """The issue's targets, judged on this evaluation."""
+    worst = min(ev["passkey_mean"].values())
+    ppl = ev["perplexity"]
+    longest = max(ppl, key=int)
+    ok_pk = worst >= 0.9
+    ok_ppl = ppl[longest] < ev["unigram_perplexity"] / 4
+    return (f"targets: passkey >= 0.90 at every length: {'met' if ok_pk else 'MISSED'} "
+            f"(worst length {worst:.2f}); validation perplexity {ppl[longest]:.1f} at "
+            f"{longest} vs unigram {ev['unigram_perplexity']:.1f}: "
+            f"{'well below' if ok_ppl else 'NOT well below (less than 4x)'}")
+
+
 def main(argv=None) -> None:
+    global _LOG_FILE
     t_start = time.time()
     args = parse_args(argv)
+    if args.out.exists() and (not args.out.is_dir() or any(args.out.iterdir())):
+        raise SystemExit(f"--out {args.out} exists and is not an empty folder")
+    args.out.mkdir(parents=True, exist_ok=True)
+    _LOG_FILE = open(args.out / "train.log", "w", encoding="utf-8")
+    try:
+        run(args, t_start)
+    except BaseException as e:
+        # Loud and on record: the traceback (or the SystemExit message) also
+        # goes into train.log, and the exit status is non-zero.
+        import traceback
+
+        if isinstance(e, SystemExit) and not isinstance(e.code, int):
+            log(f"error: {e.code}")
+        elif not isinstance(e, SystemExit):
+            log("error: " + "".join(traceback.format_exception(e)).rstrip())
+        raise
+    finally:
+        _LOG_FILE.close()
+        _LOG_FILE = None
+
+
+def run(args, t_start: float) -> None:
     import transformers
+
+    transformers.utils.logging.disable_progress_bar()  # keeps train.log to our own lines
     from transformers import LlamaForCausalLM
 
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -509,12 +606,26 @@ def main(argv=None) -> None:
 
     batcher = Batcher(train_tokens, train_hay, enc, meta["bos_id"], args.passkey_frac, args.seed,
                       repeat_frac=args.repeat_frac, passkey_min=args.passkey_min,
-                      repeat_min=args.repeat_min, passkey_full=args.passkey_full)
-    stats = train(args, model, batcher, device, t_start)
+                      repeat_min=args.repeat_min, passkey_full=args.passkey_full,
+                      induct_frac=args.induct_frac, induct_every=args.induct_every,
+                      induct_digits=args.induct_digits,
+                      vocab_size=meta["vocab_size"])
+    def probe(m, length):
+        # Training-time passkey check on validation documents of the current
+        # context; not counted in the tokens/s of the next log line.
+        m.eval()
+        with torch.autocast(device_type=device.type, dtype=torch.bfloat16):
+            res = eval_passkey(m, enc, valid_hay, [length], args.probe_per_cell, args.seed + 1,
+                               args.eval_batch, device)
+        m.train()
+        return res["passkey_mean"][str(length)]
+
+    stats = train(args, model, batcher, device, t_start, probe)
 
     t_eval = time.time()
-    export(args, model, meta)
-    reloaded, diff = reload_checked(args, model, valid_tokens, device)
+    model_dir = args.out / "model"
+    export(args, model, meta, model_dir)
+    reloaded, diff = reload_checked(model_dir, model, valid_tokens, device)
     del model
     contexts = [int(x) for x in args.ppl_contexts.split(",")]
     lengths = [int(x) for x in args.passkey_lengths.split(",")]
@@ -525,6 +636,8 @@ def main(argv=None) -> None:
     ev["reload_max_logit_diff"] = diff
     ev["seconds"] = time.time() - t_eval
     print_tables(ev)
+    summary = target_summary(ev)
+    log(summary)
     report = {"model": {k: getattr(cfg, k) for k in (
                   "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                   "num_attention_heads", "num_key_value_heads", "head_dim",
@@ -532,10 +645,14 @@ def main(argv=None) -> None:
               "parameters": n_params,
               "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
               "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
-              "train": stats, "eval": ev, "total_seconds": time.time() - t_start}
-    (args.out / "train_report.json").write_text(json.dumps(report, indent=1) + "\n")
-    log(f"done: {args.out} in {time.time() - t_start:.0f}s (export + evaluation "
-        f"{ev['seconds']:.0f}s)")
+              "train": stats, "eval": ev, "targets": summary,
+              "total_seconds": time.time() - t_start}
+    text = json.dumps(report, indent=1) + "\n"
+    # One copy beside the log, one inside the checkpoint (models/default keeps its report).
+    (args.out / "train_report.json").write_text(text)
+    (model_dir / "train_report.json").write_text(text)
+    log(f"done: {args.out} (model/, train_report.json, train.log) in "
+        f"{time.time() - t_start:.0f}s (export + evaluation {ev['seconds']:.0f}s)")
 
 
 if __name__ == "__main__":
