@@ -9,6 +9,9 @@
 # minutes on an H200.
 #
 # usage: tools/gpu_check.sh [BUILD_DIR] [LIB_DIR]
+#   SPECPIPE_GPU_CHECK=tests|bench|all (default all): only the tests and
+#   generate, or only the benchmarks (so a GPU shared with other work runs
+#   the tests, and the timings get the card to themselves)
 #   BUILD_DIR  default $SPECPIPE_BUILD_DIR or build-cuda
 #   LIB_DIR    extra shared libraries (e.g. CAF), prepended to LD_LIBRARY_PATH;
 #              default $SPECPIPE_LIB_DIR
@@ -31,7 +34,9 @@ export SPECPIPE_SOURCE_DIR="$PWD"
 SPECPIPE_BINARY_DIR="$(cd "$build" && pwd)"
 export SPECPIPE_BINARY_DIR
 
+phase="${SPECPIPE_GPU_CHECK:-all}"
 status=0
+if [ "$phase" != bench ]; then
 # 1. GPU tests: kernels (bf16 and packed attention v1/v2, quantize-and-pack,
 #    top-k, ...), the whole-model checks (cuda_forward against the
 #    reference, cpu_forward, the default model, the transformers fixtures,
@@ -57,13 +62,14 @@ sp="$build/apps/specpipe"
   echo "== sampled (t 0.8, top-p 0.95, seed 1)"
   timeout 60 "$sp" generate --device cuda --prompt 'Once upon a time' -n 48 --temperature 0.8 --top-p 0.95 \
     --seed 1 2>&1
-  for kv in "kivi --kv-bits 2" "kivi --kv-bits 1" "specache" "hier --kv-bits 4" "hier --kv-bits 8"; do
+  for kv in "kivi --kv-bits 2" "kivi --kv-bits 1" "hier --kv-bits 4" "hier --kv-bits 8"; do
     echo "== greedy --kv $kv"
     # shellcheck disable=SC2086  # the mode's flags are words
     timeout 60 "$sp" generate --device cuda --kv $kv --prompt 'The old man looked out over the sea and' \
       -n 200 --temperature 0 2>&1 | tail -c 600
   done
 } > "$out/generate.log" 2>&1 || status=1
+fi
 
 # Each bench's JSON goes to a scratch folder first and into bench.json at
 # the end, so $OUT keeps few files however many runs there are.
@@ -78,6 +84,7 @@ run_bench() {  # name, args...
     status=1
   }
 }
+if [ "$phase" != tests ]; then
 # 3. Kernels alone: decode attention bf16 / packed v1 / packed v2 per format
 #    at 64k, batch 8, 32/8 heads (v2: stages, batch 1, mixed rows, scores,
 #    top-k, quantize-on-append), the GEMVs, the gathers.
@@ -88,6 +95,8 @@ run_bench llama3_32k --preset llama3-8b --device cuda --batch 1,8 --context 3276
   --kv full,kivi:1,kivi:2,kivi:4,specache,hier:4,hier:8
 run_bench llama3_128k --preset llama3-8b --device cuda --batch 1 --context 131072 --repeats 10 --warmup 2 \
   --prefill-tokens 0 --kv full,kivi:2,specache,hier:8
+
+fi
 
 # All JSON in one file: {"name": report, ...}.
 {
@@ -104,10 +113,13 @@ run_bench llama3_128k --preset llama3-8b --device cuda --batch 1 --context 13107
 
 echo
 echo "==== logs and JSON in $out ===="
+if [ "$phase" != bench ]; then
 echo "---- generate --device cuda (timing lines)"
 grep -E '^== |tok/s' "$out/generate.log" | cut -c1-160
 echo "---- tests: $tests_summary"
 grep -hE '^(\[  FAILED  \])|Failure|Expected|actual|Which is' "$out/tests.log" | head -24
+fi
+[ "$phase" = tests ] && exit $status
 echo "---- measured copy bandwidth"
 grep -h '^measured' "$out/kernels.log" | head -1
 echo "---- decode attention, 64k, 32/8 heads, d=128 (ms, % of the bytes floor, vs bf16; notes: kernel format bits)"

@@ -44,8 +44,7 @@ TEST(CudaGenerateCli, GreedyAndSampledRunsOnTheDefaultModel) {
 // flushes groups along the way, completes.
 TEST(CudaGenerateCli, QuantizedCachesRunOnTheDefaultModel) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device visible (or a build without CUDA)";
-  for (const std::string kv : {"kivi --kv-bits 2", "kivi --kv-bits 1", "specache", "hier --kv-bits 4",
-                               "hier --kv-bits 8"}) {
+  for (const std::string kv : {"kivi --kv-bits 2", "kivi --kv-bits 1", "hier --kv-bits 4", "hier --kv-bits 8"}) {
     SCOPED_TRACE(kv);
     const auto g3 = run_specpipe("generate --device cuda --kv " + kv + " --prompt '" + prompt + "' -n 3 --temperature 0");
     const auto c3 = run_specpipe("generate --device cpu --kv " + kv + " --prompt '" + prompt + "' -n 3 --temperature 0");
@@ -58,6 +57,12 @@ TEST(CudaGenerateCli, QuantizedCachesRunOnTheDefaultModel) {
     ASSERT_EQ(g.exit_code, 0) << g.err;
     EXPECT_THAT(g.err, HasSubstr("tok/s"));
   }
+}
+
+TEST(CudaGenerateCli, SpeCachesPrefetchIsRefusedOnTheGpuForNow) {
+  const auto r = run_specpipe("generate --device cuda --kv specache --prompt hi -n 2");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("runs on the CPU backend so far"));
 }
 
 TEST(CudaGenerateCli, QuantizedCacheGroupsTheGpuCannotReadAreRefused) {
