@@ -58,15 +58,19 @@ void print_table(const bench_options& o, const bench_report& r) {
 // without bits takes --kv-bits where that is valid for its format (kivi
 // 1/2/4, hier 4/8), else the format's default; --group and --residual apply
 // to the formats that take them.
-std::vector<kv_mode> parse_bench_modes(const std::string& text, int bits, long long group, long long residual) {
+std::vector<kv_mode> parse_bench_modes(const std::string& text, int bits, long long group, long long residual,
+                                       int topk) {
   std::vector<kv_mode> out;
   for (const auto& item : parse_eval_modes(text, 0)) {
-    const std::string& kind = item.name;
+    // specache-output: SpeCache with the paper's non-speculative prefetch.
+    const bool output = item.name == "specache-output";
+    const std::string kind = output ? "specache" : item.name;
     int b = item.bits;
     if (b == 0 && ((kind == "kivi" && (bits == 1 || bits == 2 || bits == 4)) || (kind == "hier" && (bits == 4 || bits == 8))))
       b = bits;
     try {
       out.push_back(parse_kv_mode(kind, b, kind == "full" ? 0 : group, kind == "kivi" || kind == "specache" ? residual : 0));
+      set_specache_flags(out.back(), kind == "specache" ? topk : 64, output ? "output" : "speculative");
     } catch (const std::invalid_argument& e) {
       throw usage_error(std::string("--kv ") + item.label() + ": " + e.what());
     }
@@ -135,7 +139,7 @@ int bench_main(int argc, char** argv) {
   po::options_description desc("specpipe bench flags");
   std::string preset, model_dir, batches = "1", contexts = "4096", json_path, device = "cuda", kv_kinds;
   long long kv_group = 0, kv_residual = 0;
-  int kv_bits = 0;
+  int kv_bits = 0, topk = 64;
   bench_options o;
   quantspec_bench_options qso;
   desc.add_options()
@@ -160,6 +164,7 @@ int bench_main(int argc, char** argv) {
      "bits of the --kv modes given without :BITS, where valid: kivi (1/2/4) and hier (4/8)")
     ("group", po::value(&kv_group)->default_value(0), "quantization group G (0: each format's default)")
     ("residual", po::value(&kv_residual)->default_value(0), "kivi/specache window R (0: 64)")
+    ("topk", po::value(&topk)->default_value(64), "specache (CPU): 16-bit rows fetched per layer and KV head")
     ("packed-stages", po::value(&o.packed_stages)->default_value(3),
      "CUDA decode: cp.async stages of the packed attention (2, 3 or 4)")
     ("gamma", po::value(&qso.gamma)->default_value("5"), "quantspec: draft tokens per round, or auto")
@@ -228,7 +233,7 @@ int bench_main(int argc, char** argv) {
     cache_kinds += (cache_kinds.empty() ? "" : ",") + item.label();
   }
   const auto modes = cache_kinds.empty() ? std::vector<kv_mode>{}
-                                         : parse_bench_modes(cache_kinds, kv_bits, kv_group, kv_residual);
+                                         : parse_bench_modes(cache_kinds, kv_bits, kv_group, kv_residual, topk);
   if (vm.count("memory-only")) {
     if (run_quantspec) throw usage_error("--memory-only: quantspec's cache is hier (list hier instead)");
     return memory_report(o, modes, json_path);
@@ -238,12 +243,11 @@ int bench_main(int argc, char** argv) {
     for (const auto& m : modes) run_full = run_full || m.format == kv_format::full;
     if (run_quantspec && device != "cpu")
       throw usage_error("--kv quantspec: the QuantSpec bench runs on the CPU backend (use --device cpu)");
-    if (device == "cpu")
-      for (const auto& m : modes)
-        if (m.format != kv_format::full)
-          throw usage_error("--kv: the CPU benchmark decodes with full or quantspec (use --device cuda for the "
-                            "quantized caches, or --memory-only)");
-    if (device == "cuda") o.kv_modes = modes;
+    for (const auto& m : modes)
+      if (device == "cuda" && m.speculative())
+        throw usage_error("--kv specache: its prefetch runs on the CPU backend so far (use --device cpu; on the "
+                          "GPU, kivi:1 is the low-bit cache alone)");
+    o.kv_modes = modes;
   }
   if (!run_quantspec && (!vm["gamma"].defaulted() || !vm["weight-group"].defaulted() || qso.quantize_lm_head ||
                          !vm["tokens"].defaulted() || !vm["acceptance"].defaulted()))
@@ -264,7 +268,12 @@ int bench_main(int argc, char** argv) {
   if (device == "cuda") {
     r = run_cuda_bench(o);
   } else {
-    if (run_full) r = run_cpu_bench(o);
+    bool cache_modes = false;
+    for (const auto& m : o.kv_modes) cache_modes = cache_modes || m.format != kv_format::full;
+    if (cache_modes)
+      r = run_cache_bench(o, o.kv_modes);
+    else if (run_full)
+      r = run_cpu_bench(o);
     if (run_quantspec) {
       bench_report q = run_quantspec_bench(o, qso);
       r.device_name = q.device_name;

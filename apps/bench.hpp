@@ -85,6 +85,9 @@ bench_report run_quantspec_bench(const bench_options& o, const quantspec_bench_o
 
 // Runs the CUDA benchmarks; throws usage_error when CUDA is unusable.
 bench_report run_cuda_bench(const bench_options& o);
+// The KV cache modes (full, kivi, specache: speculative or output prefetch)
+// through the actor pipeline on the CPU backend (bench_caches.cpp).
+bench_report run_cache_bench(const bench_options& o, const std::vector<kv_mode>& modes);
 // Runs the CPU backend benchmarks (decode and prefill, no roofline).
 bench_report run_cpu_bench(const bench_options& o);
 
