@@ -34,12 +34,7 @@ class cpu_step_compute final : public step_compute {
                .first;
     }
     capturing_cache& cache = *it->second;
-    if (cache.length(0) != e.pos0)
-      throw std::runtime_error("step at position " + std::to_string(e.pos0) + " but the cache holds " +
-                               std::to_string(cache.length(0)) + " tokens");
-    if (e.pos0 + std::int64_t(e.tokens.size()) > opts_.max_context)
-      throw std::runtime_error(std::to_string(e.pos0 + std::int64_t(e.tokens.size())) +
-                               " tokens exceed the cache of " + std::to_string(opts_.max_context));
+    check_step_entry(e, cache.length(0), opts_.max_context);
     cache.begin_step();
     out.logits.resize(std::size_t(config_.vocab_size));
     fwd_.forward(e.tokens, cache, out.logits);

@@ -168,12 +168,7 @@ class specache_step_compute final : public step_compute {
     }
     seq_state& s = it->second;
     specache_cache& cache = *s.cache;
-    if (cache.length(0) != e.pos0)
-      throw std::runtime_error("step at position " + std::to_string(e.pos0) + " but the cache holds " +
-                               std::to_string(cache.length(0)) + " tokens");
-    if (e.pos0 + std::int64_t(e.tokens.size()) > opts_.max_context)
-      throw std::runtime_error(std::to_string(e.pos0 + std::int64_t(e.tokens.size())) +
-                               " tokens exceed the cache of " + std::to_string(opts_.max_context));
+    check_step_entry(e, cache.length(0), opts_.max_context);
     link_.bind(e, out);
     const auto vocab = std::size_t(config_.vocab_size);
     out.logits.resize(vocab);

@@ -38,6 +38,11 @@ struct speculation_link {
   std::function<void(const fetched_rows&, double t0_us, double t1_us)> consumed;
 };
 
+// Throws std::runtime_error unless `entry` continues a cache of
+// `cache_length` tokens and its tokens fit `max_context`: what every compute
+// checks before it runs an entry.
+void check_step_entry(const step_entry& entry, std::int64_t cache_length, std::int64_t max_context);
+
 class step_compute {
  public:
   virtual ~step_compute() = default;

@@ -136,7 +136,9 @@ kernels::cpu::packed_kv quantized_cache::packed(int layer, bool with_lower) cons
   return p;
 }
 
-void quantized_cache::attend(int layer, const float* q, std::int64_t n, std::int64_t pos0, float* out) {
+kernels::cpu::quantized_attention_args quantized_cache::attention_args(int layer, const float* q, std::int64_t n,
+                                                                      std::int64_t pos0, float* out,
+                                                                      bool with_lower) const {
   const layer_state& l = at(layer, "attend");
   kernels::cpu::quantized_attention_args a;
   a.q = q;
@@ -146,11 +148,15 @@ void quantized_cache::attend(int layer, const float* q, std::int64_t n, std::int
   a.n_heads = n_heads_;
   a.n_kv_heads = layout_.n_kv_heads;
   a.head_dim = layout_.head_dim;
-  a.kv = packed(layer, read_lower_);
+  a.kv = packed(layer, with_lower);
   a.win_k = l.win_k.data();
   a.win_v = l.win_v.data();
   a.win_len = l.window;
-  kernels::cpu::quantized_attention(a, pool_);
+  return a;
+}
+
+void quantized_cache::attend(int layer, const float* q, std::int64_t n, std::int64_t pos0, float* out) {
+  kernels::cpu::quantized_attention(attention_args(layer, q, n, pos0, out, read_lower_), pool_);
 }
 
 void quantized_cache::truncate(std::int64_t n) {

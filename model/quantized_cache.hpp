@@ -47,6 +47,11 @@ class quantized_cache : public cache_policy {
   // The packed part of `layer` (lower planes only when `with_lower`), for
   // kernels such as mixed attention that read the cache directly.
   kernels::cpu::packed_kv packed(int layer, bool with_lower) const;
+  // The kernel arguments of attend() for `layer` (lower planes only when
+  // `with_lower`): callers that attend differently (SpeCache's mixed rows)
+  // start from them.
+  kernels::cpu::quantized_attention_args attention_args(int layer, const float* q, std::int64_t n, std::int64_t pos0,
+                                                        float* out, bool with_lower) const;
   const float* window_keys(int layer) const;    // [window, n_kv_heads, head_dim]
   const float* window_values(int layer) const;
   // Every stored byte of the packed part of `layer`, in a fixed order (key codes,

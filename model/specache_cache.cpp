@@ -171,18 +171,7 @@ void specache_cache::attend(int layer, const float* q, std::int64_t n, std::int6
   const std::int64_t stride = pos0 + n;  // the last row's positions 0 .. pos0 + n - 1
   impl_->probs.resize(std::size_t(n * heads * stride));
 
-  kernels::cpu::quantized_attention_args a;
-  a.q = q;
-  a.out = out;
-  a.n = n;
-  a.pos0 = pos0;
-  a.n_heads = heads;
-  a.n_kv_heads = kv_heads;
-  a.head_dim = config_.head_dim;
-  a.kv = low_->packed(layer, false);
-  a.win_k = low_->window_keys(layer);
-  a.win_v = low_->window_values(layer);
-  a.win_len = low_->window(layer);
+  auto a = low_->attention_args(layer, q, n, pos0, out, false);
   a.probs = impl_->probs.data();
   a.probs_stride = stride;
 

@@ -135,8 +135,19 @@ TEST(QuantSpecCli, BenchComparesWithAutoregressiveDecoding) {
   const auto stray = run_specpipe("bench --device cpu --preset tiny --gamma 4");
   EXPECT_EQ(stray.exit_code, 2);
   EXPECT_THAT(stray.err, HasSubstr("apply to --kv quantspec"));
-  const auto kivi = run_specpipe("bench --device cpu --preset tiny --kv kivi");
-  EXPECT_EQ(kivi.exit_code, 2);
+}
+
+TEST(CacheBenchCli, CpuBenchRunsTheCacheModesThroughThePipeline) {
+  const auto r = run_specpipe("bench --device cpu --preset tiny --kv full,kivi:1,specache,specache-output "
+                              "--context 160 --repeats 6 --group 16 --residual 16 --topk 4");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("kivi 1-bit G=16 R=16 | dev"));
+  EXPECT_THAT(r.out, HasSubstr("specache 1-bit G=16 R=16 k=4 | dev"));
+  EXPECT_THAT(r.out, HasSubstr("prefetch=output | dev"));
+  EXPECT_THAT(r.out, HasSubstr("hidden"));
+  const auto gpu = run_specpipe("bench --device cuda --preset tiny --kv specache");
+  EXPECT_EQ(gpu.exit_code, 2);
+  EXPECT_THAT(gpu.err, HasSubstr("runs on the CPU backend so far"));
 }
 
 }  // namespace
