@@ -50,6 +50,7 @@ struct launch_shape {
   int log2_group = 6;     // log2 G
   int log2_vgroup32 = 1;  // log2 (value group / 32)
   int ngroups = 2;        // value groups per row
+  int gcap = 4;           // value groups the per-warp arrays hold (v2: D / 32; lean: ngroups)
   int stages = 3;
   int stage_bytes = 0;
   int off_kl = 0, off_ks = 0, off_kz = 0, off_vc = 0, off_vl = 0, off_vs = 0, off_vz = 0;  // within a stage
@@ -91,6 +92,33 @@ __device__ __forceinline__ unsigned r1_code(unsigned raw) {
   return hfma2_bits(raw, frag::r1_mul(B), frag::r1_add(B));
 }
 __device__ __forceinline__ std::uint16_t f16_bits(float x) { return __half_as_ushort(__float2half_rn(x)); }
+
+// Warp sums of N values at once (N a power of two <= 32): each butterfly
+// round with offset 16, 8, ... halves the values a lane keeps (the lane with
+// that offset bit set keeps the upper half) and sends the others, then the
+// last value is summed over the remaining offsets: 2 log2(N) - 1 + 5 -
+// log2(N) shuffles instead of 5 N. Lane L ends with the sum of value
+// L >> (5 - log2 N); every addition pairs the same operands as detail::
+// warp_sum's butterfly (offsets 16 down to 1), so the sums are identical.
+template <int N>
+__device__ __forceinline__ float warp_sum_many(float (&v)[N], int lane) {
+  int off = 16;
+#pragma unroll
+  for (int n = N; n > 1; n >>= 1) {
+    const bool up = (lane & off) != 0;
+#pragma unroll
+    for (int i = 0; i < n / 2; ++i) {
+      const float keep = up ? v[i + n / 2] : v[i];
+      const float send = up ? v[i] : v[i + n / 2];
+      v[i] = keep + __shfl_xor_sync(0xffffffffu, send, off);
+    }
+    off >>= 1;
+  }
+  float x = v[0];
+#pragma unroll
+  for (int o = 16 / N; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
 
 // D += A B, m16n8k16, f16 inputs, f32 accumulate (fragments: packed_fragments.hpp).
 __device__ __forceinline__ void mma16816(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
@@ -160,6 +188,9 @@ __global__ void __launch_bounds__(threads, 4) packed_attention_kernel(packed_att
   constexpr int ROW = D * B / 8;  // bytes of one token in one code plane (keys and values)
   constexpr int KCH = 16 * B;     // bytes of one channel's 128 tile tokens in the transposed key stage
   constexpr int CHUNKS = D / 64;  // 32-item warp chunks of the w preparation per group
+  constexpr int LOG2B = B == 1 ? 0 : B == 2 ? 1 : 2;
+  constexpr int LOG2D = D == 64 ? 6 : 7;
+  constexpr int LOG2H = NT == 1 ? 2 : 3;
   extern __shared__ __align__(16) unsigned char smem[];
 
   const int split = blockIdx.x, kh = blockIdx.y, e = blockIdx.z;
@@ -212,15 +243,19 @@ __global__ void __launch_bounds__(threads, 4) packed_attention_kernel(packed_att
   // groups become one stream of KCH bytes at c * KCH, so that the score loop
   // addresses every channel at a compile-time offset whatever G is. Copies of
   // min(16, G b / 8) bytes (the bytes of one channel of one group, or 16).
+  // Every size is a power of two: shifts and masks, not integer divisions
+  // (v2 divided by run-time values here, ~20 instructions per copy).
   auto copy_keys = [&](unsigned char* dst, const unsigned char* src, int ng) {
-    const int chan = (G * B) >> 3, unit = min(16, chan);
-    const int units = ng * D * chan / unit;
+    const int lchan = sh.log2_group + LOG2B - 3;  // log2 of one channel's bytes in one group
+    const int lunit = min(4, lchan);
+    const int lblock = LOG2D + lchan;             // log2 of one group's key block
+    const int units = ng << (lblock - lunit);
     for (int u = tid; u < units; u += threads) {
-      const int byte = u * unit;                 // within the tile's blocks
-      const int gi = byte / (D * chan);          // group of the tile
-      const int rem = byte - gi * D * chan;
-      const int ch = rem / chan, k = rem - ch * chan;
-      cp_async_n(dst + ch * KCH + gi * chan + k, src + byte, unit);
+      const int byte = u << lunit;                // within the tile's blocks
+      const int gi = byte >> lblock;              // group of the tile
+      const int rem = byte & ((1 << lblock) - 1);
+      const int ch = rem >> lchan, k = rem & ((1 << lchan) - 1);
+      cp_async_n(dst + ch * KCH + (gi << lchan) + k, src + byte, 1 << lunit);
     }
   };
   // Packed tile: its whole groups (the last may run past the attended
@@ -256,10 +291,11 @@ __global__ void __launch_bounds__(threads, 4) packed_attention_kernel(packed_att
   float* reps_s = reinterpret_cast<float*>(smem + sh.off_reps) + warp * 32 * HEADS;  // [32][HEADS] exact scores
   // P' = f16(p s_t) of the slice in B-operand order: pair (token 8 ks + t,
   // token 8 ks + t + 4) at [vg][ks][h][t].
-  std::uint16_t* pp_s = reinterpret_cast<std::uint16_t*>(smem + sh.off_pp) + warp * (D / 32) * 4 * HEADS * 4 * 2;
+  const int gcap = sh.gcap;  // value groups the per-warp arrays hold
+  std::uint16_t* pp_s = reinterpret_cast<std::uint16_t*>(smem + sh.off_pp) + warp * gcap * 4 * HEADS * 4 * 2;
   // sum_t p z_t per (head, value group), one column per lane (token of the slice).
-  float* zz_s = reinterpret_cast<float*>(smem + sh.off_zz) + warp * HEADS * (D / 32) * 32;
-  float* zsum_s = reinterpret_cast<float*>(smem + sh.off_zsum) + warp * HEADS * (D / 32);
+  float* zz_s = reinterpret_cast<float*>(smem + sh.off_zz) + warp * HEADS * gcap * 32;
+  float* zsum_s = reinterpret_cast<float*>(smem + sh.off_zsum) + warp * HEADS * gcap;
   float* ml_s = reinterpret_cast<float*>(smem + sh.off_ml);  // [warps][HEADS][2]
 
   {
@@ -267,7 +303,7 @@ __global__ void __launch_bounds__(threads, 4) packed_attention_kernel(packed_att
     const float qscale = a.scale * log2e;
     for (int i = tid; i < HEADS * D; i += threads)
       q_s[i] = i < gq * D ? __bfloat162float(qrow[i]) * qscale : 0.f;
-    for (int i = lane; i < HEADS * (D / 32) * 32; i += 32) zz_s[i] = 0.f;
+    for (int i = lane; i < HEADS * gcap * 32; i += 32) zz_s[i] = 0.f;
   }
 
   float o[NT][CB][4];
@@ -303,14 +339,17 @@ __global__ void __launch_bounds__(threads, 4) packed_attention_kernel(packed_att
   const int bh = frag::b_head(g);            // B operand head (in an n-tile) of this lane
   const unsigned sel_lo = frag::place_lo_selector(bj), sel_hi = frag::place_hi_selector(bj);
 
+  int buf_read = 0, buf_write = S - 1;  // it % S and (it + S - 1) % S without a run-time modulo
   for (int it = 0; it < last - first; ++it) {
     const int tile = first + it;
     cp_async_wait_dyn(S - 2);
     __syncthreads();  // tile `it` visible; every warp is done with tile it-1 and its stage
-    if (tile + S - 1 < last) load_tile(tile + S - 1, (it + S - 1) % S);
+    if (tile + S - 1 < last) load_tile(tile + S - 1, buf_write);
     cp_async_commit();
     const bool packed = tile < ptiles;
-    const unsigned char* st = smem + (it % S) * sh.stage_bytes;
+    const unsigned char* st = smem + buf_read * sh.stage_bytes;
+    buf_read = buf_read + 1 == S ? 0 : buf_read + 1;
+    buf_write = buf_write + 1 == S ? 0 : buf_write + 1;
     const int p0 = packed ? tile * tile_tokens : nq + (tile - ptiles) * tile_tokens;
     const int nvalid = min(tile_tokens, (packed ? nq : len) - p0);
 
@@ -332,15 +371,18 @@ __global__ void __launch_bounds__(threads, 4) packed_attention_kernel(packed_att
         }
         // B operands placed for both slots: [group][m][h][t][slot] = (b0, b1).
         uint2* wf = w_s + ((gl * KM + m) * HEADS) * 8 + tt * 2;
+        float part[HEADS];
 #pragma unroll
         for (int h = 0; h < HEADS; ++h) {
           const float q1 = q_s[h * D + c1], q2 = q_s[h * D + c2];
           const unsigned w1 = f16_bits(q1 * s1), w2 = f16_bits(q2 * s2);
           wf[h * 8 + 0] = make_uint2(frag::place(std::uint16_t(w1), 0), frag::place(std::uint16_t(w2), 0));
           wf[h * 8 + 1] = make_uint2(frag::place(std::uint16_t(w1), 1), frag::place(std::uint16_t(w2), 1));
-          const float part = detail::warp_sum(q1 * z1 + q2 * z2);
-          if (lane == 0) base_s[(gl * CHUNKS + (r >> 5)) * HEADS + h] = part;
+          part[h] = q1 * z1 + q2 * z2;
         }
+        // The zero terms of all heads in one butterfly (v2: one warp_sum per head).
+        const float sum = warp_sum_many<HEADS>(part, lane);
+        if ((lane & (32 / HEADS - 1)) == 0) base_s[(gl * CHUNKS + (r >> 5)) * HEADS + (lane >> (5 - LOG2H))] = sum;
       }
     }
     __syncthreads();  // w_s and base_s ready
@@ -349,29 +391,38 @@ __global__ void __launch_bounds__(threads, 4) packed_attention_kernel(packed_att
     if (ws < nvalid) {
       const int sv = min(32, nvalid - ws);  // valid tokens of this warp's slice
       const int ps = p0 + ws;               // position of slice token 0
-      float s[NT][4];
+      float s[NT][4], s_odd[NT][4];
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) s[nt][i] = 0.f;
+        for (int i = 0; i < 4; ++i) s[nt][i] = s_odd[nt][i] = 0.f;
 
       if (packed) {
         const int gl = ws >> sh.log2_group;
         const unsigned char* kb = st + warp * 4 * B + 4 * frag::qword(B, g) + t * KCH;
         const uint2* wf = w_s + ((gl * KM * HEADS + bh) * 4 + t) * 2 + bj;
-#pragma unroll 4
-        for (int m = 0; m < KM; ++m) {
-          const unsigned char* k1 = kb + 8 * m * KCH;  // channel 8 m + t
-          const unsigned char* k2 = k1 + 4 * KCH;      // channel 8 m + t + 4
-          unsigned a0, a1, a2, a3;
-          if constexpr (LOWER)
-            a_regs<B, true>(lds32(k1), lds32(k2), lds32(k1 + sh.off_kl), lds32(k2 + sh.off_kl), g, a0, a1, a2, a3);
-          else
-            a_regs<B, false>(lds32(k1), lds32(k2), 0u, 0u, g, a0, a1, a2, a3);
+        // Even and odd MMAs accumulate into separate registers: two dependent
+        // chains of KM / 2 tensor-core ops instead of one of KM (v2), whose
+        // latency the few warps per scheduler could not hide.
+#pragma unroll 2
+        for (int m = 0; m < KM; m += 2) {
 #pragma unroll
-          for (int nt = 0; nt < NT; ++nt) {
-            const uint2 b = wf[(m * HEADS + nt * 4) * 8];
-            mma16816(s[nt], a0, a1, a2, a3, b.x, b.y);
+          for (int mm = 0; mm < 2; ++mm) {
+            const unsigned char* k1 = kb + 8 * (m + mm) * KCH;  // channel 8 m + t
+            const unsigned char* k2 = k1 + 4 * KCH;             // channel 8 m + t + 4
+            unsigned a0, a1, a2, a3;
+            if constexpr (LOWER)
+              a_regs<B, true>(lds32(k1), lds32(k2), lds32(k1 + sh.off_kl), lds32(k2 + sh.off_kl), g, a0, a1, a2, a3);
+            else
+              a_regs<B, false>(lds32(k1), lds32(k2), 0u, 0u, g, a0, a1, a2, a3);
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+              const uint2 b = wf[((m + mm) * HEADS + nt * 4) * 8];
+              if (mm)
+                mma16816(s_odd[nt], a0, a1, a2, a3, b.x, b.y);
+              else
+                mma16816(s[nt], a0, a1, a2, a3, b.x, b.y);
+            }
           }
         }
 #pragma unroll
@@ -379,6 +430,7 @@ __global__ void __launch_bounds__(threads, 4) packed_attention_kernel(packed_att
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
             const int h = nt * 4 + frag::head_in_tile(t, i);
+            s[nt][i] += s_odd[nt][i];
             float b = 0.f;
 #pragma unroll
             for (int ch = 0; ch < CHUNKS; ++ch) b += base_s[(gl * CHUNKS + ch) * HEADS + h];
@@ -542,7 +594,7 @@ __global__ void __launch_bounds__(threads, 4) packed_attention_kernel(packed_att
           }
 #pragma unroll
           for (int h = 0; h < HEADS; ++h) {
-            float& zz = zz_s[(h * (D / 32) + vg) * 32 + lane];
+            float& zz = zz_s[(h * gcap + vg) * 32 + lane];
             zz = zz * al[h] + ph[h] * zv;
             if (packed) pp_s[((((vg * 4 + pk) * HEADS + h) * 4 + pt) << 1) + phalf] = f16_bits(ph[h] * sv_);
           }
@@ -640,10 +692,10 @@ __global__ void __launch_bounds__(threads, 4) packed_attention_kernel(packed_att
   __syncwarp();
   for (int i = lane; i < HEADS * ngroups; i += 32) {
     const int h = i / ngroups, vg = i - h * ngroups;
-    const float* col = zz_s + (h * (D / 32) + vg) * 32;
+    const float* col = zz_s + (h * gcap + vg) * 32;
     float z = 0.f;
     for (int k = 0; k < 32; ++k) z += col[k];
-    zsum_s[h * (D / 32) + vg] = z;
+    zsum_s[h * gcap + vg] = z;
   }
   __syncwarp();
   cp_async_wait<0>();
@@ -657,7 +709,7 @@ __global__ void __launch_bounds__(threads, 4) packed_attention_kernel(packed_att
       for (int i = 0; i < 4; ++i) {
         const int h = nt * 4 + frag::head_in_tile(t, i);
         fin[(warp * HEADS + h) * D + frag::pv_channel(B, g, t, cb, i)] =
-            o[nt][cb][i] + zsum_s[h * (D / 32) + (cb >> sh.log2_vgroup32)];
+            o[nt][cb][i] + zsum_s[h * gcap + (cb >> sh.log2_vgroup32)];
       }
   if (g == 0) {
 #pragma unroll
@@ -713,6 +765,62 @@ __global__ void packed_combine_kernel(packed_attention_args a) {
       num = fmaf(w * l, part_o[s * D + d], num);
       den = fmaf(w, l, den);
     }
+  }
+  const std::int64_t at = std::int64_t(e) * a.ld_out + std::int64_t(h) * D + d;
+  if (a.out_f32)
+    a.out_f32[at] = num / den;
+  else
+    reinterpret_cast<bf16*>(a.out_bf16)[at] = __float2bfloat16(num / den);
+  if (a.ml && d == 0) {
+    a.ml[bh * 2 + 0] = m;
+    a.ml[bh * 2 + 1] = den;
+  }
+}
+
+// The same merge with the split weights computed once per block: the
+// threads take the splits in parallel (max, then weight w_s = 2^(m_s - m) l_s
+// into shared memory, and their sum), then each output element loads its
+// splits' partials unconditionally (a select drops empty splits, whose
+// partials were never written), so the loads of several splits are in flight
+// at once instead of v2's branch per split.
+template <int D>
+__global__ void packed_combine_staged_kernel(packed_attention_args a) {
+  detail::allow_dependent_launch();
+  extern __shared__ float wt_s[];  // [splits]
+  __shared__ float red_s[D / 32];
+  const int h = blockIdx.x, e = blockIdx.y, d = threadIdx.x, lane = d & 31, warp = d >> 5;
+  const std::int64_t bh = std::int64_t(e) * a.n_heads + h;
+  const float* part_o = a.partial + bh * a.splits * D;
+  const float* ml = a.partial + std::int64_t(a.entries) * a.n_heads * a.splits * D + bh * a.splits * 2;
+  float m = -INFINITY;
+  for (int s = d; s < a.splits; s += D)
+    if (ml[2 * s + 1] > 0.f) m = fmaxf(m, ml[2 * s]);
+  m = detail::warp_max(m);
+  if (lane == 0) red_s[warp] = m;
+  __syncthreads();
+  m = red_s[0];
+#pragma unroll
+  for (int w = 1; w < D / 32; ++w) m = fmaxf(m, red_s[w]);
+  __syncthreads();  // red_s is reused for the sum
+  float den = 0.f;
+  for (int s = d; s < a.splits; s += D) {
+    const float l = ml[2 * s + 1];
+    const float w = l > 0.f ? exp2f(ml[2 * s] - m) * l : 0.f;
+    wt_s[s] = w;
+    den += w;
+  }
+  den = detail::warp_sum(den);
+  if (lane == 0) red_s[warp] = den;
+  __syncthreads();
+  den = 0.f;
+#pragma unroll
+  for (int w = 0; w < D / 32; ++w) den += red_s[w];
+  float num = 0.f;
+#pragma unroll 8
+  for (int s = 0; s < a.splits; ++s) {
+    const float w = wt_s[s];
+    const float x = part_o[s * D + d];
+    num = w > 0.f ? fmaf(w, x, num) : num;
   }
   const std::int64_t at = std::int64_t(e) * a.ld_out + std::int64_t(h) * D + d;
   if (a.out_f32)
@@ -781,6 +889,7 @@ kernel_fn prepare(const packed_attention_args& a, launch_shape& sh) {
   if (gq != 1 && gq != 2 && gq != 4 && gq != 8) fail("GQA group " + std::to_string(gq) + " is not 1, 2, 4 or 8");
   if (a.splits < 1) fail("splits must be >= 1, got " + std::to_string(a.splits));
   if (a.stages < 2 || a.stages > 4) fail("stages must be 2, 3 or 4, got " + std::to_string(a.stages));
+  if (a.combine != 0 && a.combine != 1) fail("combine must be 0 or 1, got " + std::to_string(a.combine));
   if (!a.q || !a.partial || (!a.out_f32 && !a.out_bf16)) fail("q, partial or out missing");
   if (!a.entry_slot || !a.entry_quant || !a.entry_len) fail("per-entry slot, packed length and length missing");
   const void* ptrs[] = {c.k_codes, c.k_scale, c.k_zero, c.v_codes, c.v_scale, c.v_zero, c.win_k, c.win_v};
@@ -797,8 +906,11 @@ kernel_fn prepare(const packed_attention_args& a, launch_shape& sh) {
   sh.log2_group = log2_of(c.group);
   sh.log2_vgroup32 = log2_of(c.value_group() / 32);
   sh.ngroups = c.value_groups();
+  sh.gcap = a.lean_smem ? sh.ngroups : d / 32;
   sh.stages = a.stages;
-  const int nt = gq > 4 ? 2 : 1, heads = 4 * nt, km = d / 8, cb = d / 32;
+  const int nt = gq > 4 ? 2 : 1, heads = 4 * nt, km = d / 8, gcap = sh.gcap;
+  // Replaced-row arrays: always in v2's carve-up, only with rows when lean.
+  const int rep_warps = a.lean_smem && !a.rows.positions ? 0 : warps;
   const int plane = tile_tokens * d * c.bits / 8;
   const int planes = lower ? 2 : 1;
   const int tile_groups = tile_tokens / c.group;
@@ -830,15 +942,15 @@ kernel_fn prepare(const packed_attention_args& a, launch_shape& sh) {
   sh.off_alpha = off;
   off += round16(warps * heads * 4);
   sh.off_rep = off;
-  off += warps * 64 * 4;
+  off += rep_warps * 64 * 4;
   sh.off_reps = off;
-  off += warps * 32 * heads * 4;
+  off += rep_warps * 32 * heads * 4;
   sh.off_pp = off;
-  off += warps * cb * 4 * heads * 4 * 4;
+  off += warps * gcap * 4 * heads * 4 * 4;
   sh.off_zz = off;
-  off += warps * heads * cb * 32 * 4;
+  off += warps * heads * gcap * 32 * 4;
   sh.off_zsum = off;
-  off += round16(warps * heads * cb * 4);
+  off += round16(warps * heads * gcap * 4);
   sh.off_ml = off;
   off += round16(warps * heads * 2 * 4);
   sh.smem = off;
@@ -868,11 +980,12 @@ std::int64_t packed_attention_tiles(std::int64_t n_quant, std::int64_t len) {
 }
 
 int packed_attention_splits(int entries, int n_kv_heads, std::int64_t tiles, int sm_count, int max_splits,
-                            int blocks_per_sm) {
+                            int blocks_per_sm, int min_split_tiles) {
   tiles = std::max<std::int64_t>(1, tiles);
   const std::int64_t pairs = std::int64_t(entries) * n_kv_heads;
   const std::int64_t slots = std::int64_t(std::max(sm_count, 1)) * std::max(blocks_per_sm, 1);
-  const int cap = int(std::max<std::int64_t>(1, std::min<std::int64_t>(max_splits, tiles / 2)));
+  const int cap = int(std::max<std::int64_t>(
+      1, std::min<std::int64_t>(max_splits, tiles / std::max<std::int64_t>(1, min_split_tiles))));
   int best = 1;
   double best_score = -1;
   for (int s = 1; s <= cap; ++s) {
@@ -912,7 +1025,12 @@ void packed_attention(const packed_attention_args& in, stream_t s) {
   k<<<grid, threads, std::size_t(sh.smem), as_stream(s)>>>(a, sh);
   CUDA_CHECK_LAUNCH();
   const dim3 cgrid(unsigned(a.n_heads), unsigned(a.entries));
-  if (a.cache.head_dim == 128)
+  const std::size_t wbytes = std::size_t(a.splits) * 4;
+  if (a.combine == 1 && a.cache.head_dim == 128)
+    packed_combine_staged_kernel<128><<<cgrid, 128, wbytes, as_stream(s)>>>(a);
+  else if (a.combine == 1)
+    packed_combine_staged_kernel<64><<<cgrid, 64, wbytes, as_stream(s)>>>(a);
+  else if (a.cache.head_dim == 128)
     packed_combine_kernel<128><<<cgrid, 128, 0, as_stream(s)>>>(a);
   else
     packed_combine_kernel<64><<<cgrid, 64, 0, as_stream(s)>>>(a);

@@ -110,6 +110,18 @@ struct packed_attention_args {
   int splits = 1;                    // per entry, <= the max_splits the scratch was sized for
   int stages = 3;                    // cp.async stages of packed tiles: 2, 3 or 4
   float scale = 0;                   // usually 1/sqrt(head_dim)
+  // Variants for the v3 measurements (NOTES.md, "Packed attention v3"); the
+  // defaults are v2's measured configuration. Results do not depend on them
+  // beyond f32 summation order.
+  // lean_smem: per-warp value-group arrays sized by the cache's value groups
+  // (v2: head_dim / 32 of them) and the replaced-row arrays only when rows
+  // are given: 4-9 KiB less per block, one more resident block for 2- and
+  // 4-bit.
+  bool lean_smem = false;
+  // combine: 0 = v2's combine (every thread walks the split list twice);
+  // 1 = the split weights once per block into shared memory, then one
+  // unconditional (batched) load per split and output element.
+  int combine = 0;
 };
 
 std::size_t packed_attention_scratch_floats(int entries, int n_heads, int head_dim, int max_splits);
@@ -119,10 +131,14 @@ std::int64_t packed_attention_tiles(std::int64_t n_quant, std::int64_t len);
 
 // Split count that fills the machine (the rule of decode_attention_splits):
 // most busy block slots over the waves the grid takes, fewest splits among
-// equals, each split at least two tiles, at most max_splits. `tiles` is the
-// tile count of the longest entry (packed_attention_tiles).
+// equals, each split at least min_split_tiles tiles (v2: 2), at most
+// max_splits. `tiles` is the tile count of the longest entry
+// (packed_attention_tiles). Each block pays a fixed prologue (q, pipeline
+// fill) and epilogue (warp merge, partial write) that a split of a few tiles
+// does not amortize: the first H100 run measured 0.669 ms for hier INT4 at
+// 103 splits (5 tiles each) against 0.418 ms at 37 splits (G=128).
 int packed_attention_splits(int entries, int n_kv_heads, std::int64_t tiles, int sm_count, int max_splits,
-                            int blocks_per_sm);
+                            int blocks_per_sm, int min_split_tiles = 2);
 
 // Resident blocks per SM for this configuration (occupancy query).
 int packed_attention_blocks_per_sm(const packed_attention_args& a);

@@ -129,6 +129,41 @@ struct v2_cache {
   }
 };
 
+// The switches of packed_attention_args and the split rule a row uses; the
+// defaults are v2's measured configuration.
+struct v2_knobs {
+  int stages = 3;
+  bool lean_smem = false;
+  int combine = 0;
+  int min_split_tiles = 2;
+};
+
+// v3's configuration per format (NOTES.md, "Packed attention v3"): lean
+// shared memory, staged combine, splits of at least 16 tiles, 2 stages where
+// the stage is large (4-bit and INT8: the lean carve-up then fits 4 resp. 2
+// blocks per SM), 3 where it is small.
+v2_knobs v3_knobs(int bits, bool lower) {
+  v2_knobs k;
+  k.lean_smem = true;
+  k.combine = 1;
+  k.min_split_tiles = 16;
+  k.stages = bits >= 4 || lower ? 2 : 3;
+  return k;
+}
+
+std::string knob_note(const v2_knobs& k) {
+  std::string n = "stages " + std::to_string(k.stages);
+  if (k.lean_smem) n += ", lean smem";
+  if (k.combine) n += ", combine " + std::to_string(k.combine);
+  if (k.min_split_tiles != 2) n += ", >= " + std::to_string(k.min_split_tiles) + " tiles/split";
+  return n;
+}
+
+std::string smem_note(const packed_attention_args& a) {
+  return std::to_string(packed_attention_smem_bytes(a) / 1024) + " KiB smem, " +
+         std::to_string(packed_attention_blocks_per_sm(a)) + " blocks/SM";
+}
+
 void run_v2(const quant_bench_options& o, const device_properties& props, allocator& dev, stream& st, buffer& q,
             buffer& out, std::vector<quant_bench_row>& rows) {
   const int batch = o.batch, nh = o.n_heads, nkv = o.n_kv_heads, d = o.head_dim;
@@ -147,7 +182,7 @@ void run_v2(const quant_bench_options& o, const device_properties& props, alloca
     copy_to_device(ints.data(), host.data(), host.size() * 4, st.get());
     st.synchronize();
   };
-  auto args_for = [&](const v2_cache& c, int bits, bool lower, int n, int stages) {
+  auto args_for = [&](const v2_cache& c, int bits, bool lower, int n, const v2_knobs& k) {
     packed_attention_args a;
     a.cache = c.view(bits, lower);
     a.q = q.as<std::uint16_t>();
@@ -158,10 +193,12 @@ void run_v2(const quant_bench_options& o, const device_properties& props, alloca
     a.partial = part.as<float>();
     a.entries = n;
     a.n_heads = nh;
-    a.stages = stages;
+    a.stages = k.stages;
+    a.lean_smem = k.lean_smem;
+    a.combine = k.combine;
     a.scale = 1.f / std::sqrt(float(d));
     a.splits = packed_attention_splits(n, nkv, packed_attention_tiles(c.n_quant, ctx), props.sm_count, o.max_splits,
-                                       packed_attention_blocks_per_sm(a));
+                                       packed_attention_blocks_per_sm(a), k.min_split_tiles);
     return a;
   };
   auto add_row = [&](const char* kernel, const char* format, int bits, int n, const packed_attention_args& a,
@@ -188,7 +225,7 @@ void run_v2(const quant_bench_options& o, const device_properties& props, alloca
     const format_point formats[] = {{"kivi", 1, false}, {"kivi", 2, false}, {"kivi", 4, false},
                                     {"hier-int4", 4, false}, {"hier-int8", 4, true}};
     for (const auto& f : formats) {
-      const auto a = args_for(c, f.bits, f.lower, batch, 3);
+      const auto a = args_for(c, f.bits, f.lower, batch, v2_knobs{});
       const double bytes = c.bytes_per_entry(f.bits, f.lower) * batch + q_bytes;
       add_row("v2", f.name, f.bits * (f.lower ? 2 : 1), batch, a, bytes,
               std::to_string(packed_attention_smem_bytes(a) / 1024) + " KiB smem, " +
@@ -198,16 +235,53 @@ void run_v2(const quant_bench_options& o, const device_properties& props, alloca
     // Pipeline depth, 1 and 8 bits.
     for (const auto& f : {formats[0], formats[4]})
       for (const int stages : {2, 4}) {
-        const auto a = args_for(c, f.bits, f.lower, batch, stages);
+        const auto a = args_for(c, f.bits, f.lower, batch, v2_knobs{stages});
         add_row("v2", f.name, f.bits * (f.lower ? 2 : 1), batch, a, c.bytes_per_entry(f.bits, f.lower) * batch + q_bytes,
                 "stages " + std::to_string(stages), [&] { packed_attention(a, st.get()); });
       }
     // Batch 1 (splits fill the machine from one sequence).
     for (const auto& f : {formats[0], formats[4]}) {
-      const auto a = args_for(c, f.bits, f.lower, 1, 3);
+      const auto a = args_for(c, f.bits, f.lower, 1, v2_knobs{});
       add_row("v2", f.name, f.bits * (f.lower ? 2 : 1), 1, a, c.bytes_per_entry(f.bits, f.lower) + q_bytes / batch,
               "batch 1", [&] { packed_attention(a, st.get()); });
     }
+    // v3's switches, each alone on 1 bit, 4 bits and INT8 (against the v2
+    // rows above), then all of them per format, at batch 1, and with other
+    // minimum split lengths.
+    for (const auto& f : {formats[0], formats[2], formats[4]}) {
+      v2_knobs lean2;
+      lean2.lean_smem = true;
+      lean2.stages = 2;
+      v2_knobs lean3 = lean2, comb, split;
+      lean3.stages = 3;
+      comb.combine = 1;
+      split.min_split_tiles = 16;
+      for (const v2_knobs& k : {comb, lean3, lean2, split}) {
+        const auto a = args_for(c, f.bits, f.lower, batch, k);
+        add_row("v3-knob", f.name, f.bits * (f.lower ? 2 : 1), batch, a,
+                c.bytes_per_entry(f.bits, f.lower) * batch + q_bytes, knob_note(k) + ", " + smem_note(a),
+                [&] { packed_attention(a, st.get()); });
+      }
+    }
+    for (const auto& f : formats) {
+      const auto a = args_for(c, f.bits, f.lower, batch, v3_knobs(f.bits, f.lower));
+      add_row("v3", f.name, f.bits * (f.lower ? 2 : 1), batch, a, c.bytes_per_entry(f.bits, f.lower) * batch + q_bytes,
+              knob_note(v3_knobs(f.bits, f.lower)) + ", " + smem_note(a), [&] { packed_attention(a, st.get()); });
+    }
+    for (const auto& f : {formats[0], formats[4]}) {
+      const auto a = args_for(c, f.bits, f.lower, 1, v3_knobs(f.bits, f.lower));
+      add_row("v3", f.name, f.bits * (f.lower ? 2 : 1), 1, a, c.bytes_per_entry(f.bits, f.lower) + q_bytes / batch,
+              "batch 1, " + knob_note(v3_knobs(f.bits, f.lower)), [&] { packed_attention(a, st.get()); });
+    }
+    for (const auto& f : {formats[0], formats[2]})
+      for (const int min_tiles : {8, 32}) {
+        v2_knobs k = v3_knobs(f.bits, f.lower);
+        k.min_split_tiles = min_tiles;
+        const auto a = args_for(c, f.bits, f.lower, batch, k);
+        add_row("v3", f.name, f.bits * (f.lower ? 2 : 1), batch, a,
+                c.bytes_per_entry(f.bits, f.lower) * batch + q_bytes, knob_note(k),
+                [&] { packed_attention(a, st.get()); });
+      }
     // SpeCache's step: 1 bit with 64 replaced rows per (sequence, KV head),
     // positions spread over the context; then the raw scores of every
     // sequence, and the top-64 from them.
@@ -221,7 +295,7 @@ void run_v2(const quant_bench_options& o, const device_properties& props, alloca
       copy_to_device(cd.data(), cnt.data(), cnt.size() * 4, st.get());
       fill_uniform_bf16(rk.as<std::uint16_t>(), std::int64_t(pos.size()) * d, -1, 1, o.seed + 200, st.get());
       fill_uniform_bf16(rv.as<std::uint16_t>(), std::int64_t(pos.size()) * d, -1, 1, o.seed + 201, st.get());
-      auto a = args_for(c, 1, false, batch, 3);
+      auto a = args_for(c, 1, false, batch, v2_knobs{});
       a.rows.positions = pd.as<std::int32_t>();
       a.rows.count = cd.as<std::int32_t>();
       a.rows.stride = k;
@@ -231,7 +305,7 @@ void run_v2(const quant_bench_options& o, const device_properties& props, alloca
       add_row("v2-mixed", "specache", 1, batch, a, c.bytes_per_entry(1, false) * batch + q_bytes + row_bytes,
               "64 replaced rows per (sequence, KV head)", [&] { packed_attention(a, st.get()); });
       buffer scores(dev, std::size_t(batch) * nh * std::size_t(ctx) * 4), ml(dev, std::size_t(batch) * nh * 2 * 4);
-      auto s = args_for(c, 1, false, batch, 3);
+      auto s = args_for(c, 1, false, batch, v2_knobs{});
       s.scores = scores.as<float>();
       s.entry_scores_row = ints.as<std::int32_t>() + 3 * batch;
       s.scores_stride = ctx;
@@ -268,9 +342,14 @@ void run_v2(const quant_bench_options& o, const device_properties& props, alloca
     const v2_cache c(dev, st, batch, nkv, d, 128, nq128, ctx - nq128, o.seed + 300);
     entries(nq128, batch);
     for (const bool lower : {false, true}) {
-      const auto a = args_for(c, 4, lower, batch, 3);
+      const auto a = args_for(c, 4, lower, batch, v2_knobs{});
       add_row("v2", lower ? "hier-int8" : "hier-int4", lower ? 8 : 4, batch, a,
               c.bytes_per_entry(4, lower) * batch + q_bytes, "G=128", [&] { packed_attention(a, st.get()); });
+      const v2_knobs k = v3_knobs(4, lower);
+      const auto b = args_for(c, 4, lower, batch, k);
+      add_row("v3", lower ? "hier-int8" : "hier-int4", lower ? 8 : 4, batch, b,
+              c.bytes_per_entry(4, lower) * batch + q_bytes, "G=128, " + knob_note(k) + ", " + smem_note(b),
+              [&] { packed_attention(b, st.get()); });
     }
   }
   // Quantize on append: one group of every sequence and KV head (one layer),

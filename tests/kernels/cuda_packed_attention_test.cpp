@@ -5,7 +5,8 @@
 // read (KIVI 1/2/4-bit, SpeCache 1-bit, hier INT4 and INT8), GQA 1, 2, 4 and
 // 8, head_dim 64 and 128, G 32, 64 and 128, odd and wrapping windows,
 // several slots of different lengths, causal entries that stop inside the
-// window or inside the packed part, split counts and pipeline depths.
+// window or inside the packed part, split counts and pipeline depths, and
+// each kernel variant (lean shared memory, staged combine, both, neither).
 // Outputs start as NaN and carry a poisoned sentinel tail.
 //
 // Tolerance: the kernel rounds w = q s (scores) and P' = p s (values) to f16
@@ -184,9 +185,18 @@ replaced make_replaced(const std::vector<entry>& es, int kv_heads, int d, int st
   return r;
 }
 
+// The kernel variants of packed_attention_args (v2's configuration and the
+// v3 switches); every case runs under each.
+struct variant {
+  bool lean_smem;
+  int combine;
+};
+const variant all_variants[] = {{false, 0}, {true, 1}, {true, 0}, {false, 1}};
+
 struct run_options {
   std::vector<int> splits{1, 3};
   std::vector<int> stages{3};
+  std::vector<variant> variants{std::begin(all_variants), std::end(all_variants)};
   const replaced* rows = nullptr;
   bool probs = false;       // compare probabilities of every entry
   bool exact_full = false;  // rows replace everything: compare to full attention, tight
@@ -275,9 +285,11 @@ void run_case(allocator& dev, const format_case& fc, int d, int kv_heads, int gq
   }
   const int max_splits = 16;
   dev_array<float> part(dev, kc::packed_attention_scratch_floats(n, heads, d, max_splits));
+  for (const variant& va : ro.variants)
   for (const int stages : ro.stages)
     for (const int splits : ro.splits) {
-      SCOPED_TRACE("splits=" + std::to_string(splits) + " stages=" + std::to_string(stages));
+      SCOPED_TRACE("splits=" + std::to_string(splits) + " stages=" + std::to_string(stages) +
+                   " lean_smem=" + std::to_string(va.lean_smem) + " combine=" + std::to_string(va.combine));
       dev_array<float> out(dev, std::size_t(n) * heads * d);  // 0xff bytes: NaN until written
       dev_array<float> scores(dev, std::size_t(n) * heads * std::size_t(max_len));
       dev_array<float> ml(dev, std::size_t(n) * heads * 2);
@@ -307,6 +319,8 @@ void run_case(allocator& dev, const format_case& fc, int d, int kv_heads, int gq
       a.n_heads = heads;
       a.splits = splits;
       a.stages = stages;
+      a.lean_smem = va.lean_smem;
+      a.combine = va.combine;
       a.scale = 1.f / std::sqrt(float(d));
       kc::packed_attention(a, nullptr);
       const double t = ro.exact_full ? 2e-4 : tol;
@@ -445,6 +459,14 @@ TEST_F(cuda_packed_attention, split_choice_fills_the_machine) {
   EXPECT_EQ(tiles, 512 + 1);
   const int s = kc::packed_attention_splits(8, 8, tiles, 132, 128, 4);
   EXPECT_GE(64 * s, 132 * 4 * 9 / 10) << "fewer blocks than the slots of one wave";
+  // A minimum run per split caps the count; the machine is still filled.
+  for (const int min_tiles : {8, 16, 32}) {
+    const int sm = kc::packed_attention_splits(8, 8, tiles, 132, 128, 2, min_tiles);
+    EXPECT_GE(sm, 1);
+    EXPECT_LE(sm, int(tiles / min_tiles)) << "min_split_tiles=" << min_tiles;
+    EXPECT_GE(64 * sm, 132 * 2 * 9 / 10) << "min_split_tiles=" << min_tiles;
+  }
+  EXPECT_EQ(kc::packed_attention_splits(1, 8, 20, 132, 128, 4, 16), 1) << "20 tiles hold one split of 16";
 #endif
 }
 
