@@ -150,7 +150,7 @@ kv_store_actor::behavior_type kv_store_behavior(kv_store_actor::stateful_pointer
   st.table = std::make_unique<kv_block_table>(
       kv_block_table_config{opts.n_layers, opts.n_kv_heads, opts.block_tokens, blocks});
   st.arena = std::make_shared<pinned_arena>();
-  st.arena->alloc = make_pinned_allocator();
+  st.arena->alloc = make_pinned_allocator(opts.pages);
   st.arena->mem = buffer(*st.arena->alloc, std::size_t(blocks) * kv_block_bytes(opts));
   return {
       [self](reserve_atom, seq_id seq, std::int64_t tokens) -> caf::result<kv_usage> {

@@ -13,6 +13,7 @@
 
 #include "actors/tracer.hpp"
 #include "actors/type_ids.hpp"
+#include "memory/allocator.hpp"
 
 namespace specpipe {
 
@@ -38,6 +39,10 @@ struct kv_store_options {
   int head_dim = 0;                // a row is K then V, f16: 4 * head_dim bytes
   std::int64_t block_tokens = 16;
   std::size_t budget_bytes = 0;    // rounded down to whole blocks
+  // Host pages behind the arena (GPU builds); huge pages cut the address
+  // translations a scattered gather pays (kernels/cuda/NOTES.md, "Sparse
+  // gather"). Falls back to the driver's pages when refused.
+  pinned_pages pages = pinned_pages::driver;
 };
 
 kv_store_actor spawn_kv_store(caf::actor_system& sys, const kv_store_options& opts, trace_sink trace = {});

@@ -154,6 +154,7 @@ int bench_main(int argc, char** argv) {
     ("warmup", po::value(&o.warmup)->default_value(5), "untimed runs before timing")
     ("json", po::value(&json_path), "also write the results as JSON to this file")
     ("kernels", "time decode attention and the decode GEMV alone against their rooflines")
+    ("gather-only", "with --kernels: only the sparse gather benchmarks (every path, row pattern and arena)")
     ("no-graphs", "launch decode kernels one by one instead of replaying a CUDA graph")
     ("no-overlap", "launch the GEMVs normally instead of as programmatic dependents (PDL)")
     ("memory-only", "run nothing: KV bytes per token and per sequence of each --kv format against fp16")
@@ -184,6 +185,8 @@ int bench_main(int argc, char** argv) {
   if (!parse_flags(argc, argv, desc, vm, "usage: specpipe bench (--preset NAME | --model DIR) [flags]")) return 0;
 
   o.kernels = vm.count("kernels") > 0;
+  o.gather_only = vm.count("gather-only") > 0;
+  if (o.gather_only && !o.kernels) throw usage_error("--gather-only: needs --kernels");
   o.graphs = vm.count("no-graphs") == 0;
   o.overlap = vm.count("no-overlap") == 0;
   const auto switch_flag = [&](const char* on, const char* off) -> std::optional<bool> {

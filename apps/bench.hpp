@@ -27,6 +27,7 @@ struct bench_options {
   int repeats = 20;
   int warmup = 5;
   bool kernels = false;
+  bool gather_only = false;  // with kernels: only the gather benchmarks
   bool graphs = true;
   bool overlap = true;  // GEMVs as programmatic dependent launches (cuda_forward_options)
   // The GEMV v2 switches of cuda_forward_options; unset: its defaults.

@@ -321,16 +321,18 @@ void quant_points(const bench_options& o, bench_report& r) {
 }
 
 // Sparse gathers of 256-byte rows (one token's K or V of one head, d=128,
-// f16) from a 4 GiB mapped pinned store, against a dense pinned copy over the
-// same link measured in the same run.
+// f16) from a 4 GiB mapped pinned store: every GPU path, row pattern and
+// arena page size, each against a dense pinned copy of its own arena measured
+// in the same run (kernels/gather_bench.hpp).
 void gather_points(bench_report& r) {
   kernels::gather_bench_options go;
   go.cpu = false;
   const auto res = kernels::run_gather_bench(go);
-  double dense_gbs = 0;
-  for (const auto& g : res)
-    if (g.backend == "dense-pinned-copy") dense_gbs = g.gb_per_s;
-  for (const auto& g : res) {
+  for (const auto& n : res.notes) r.notes.push_back("gather: " + n);
+  for (const auto& g : res.results) {
+    double dense_gbs = 0;
+    for (const auto& d : res.results)
+      if (d.backend == "dense-pinned-copy" && d.arena == g.arena) dense_gbs = d.gb_per_s;
     bench_point p;
     p.kind = "gather";
     p.batch = g.rows;
@@ -338,10 +340,16 @@ void gather_points(bench_report& r) {
     p.bytes = double(g.rows) * double(g.row_bytes);
     p.roofline_ms = dense_gbs > 0 ? p.bytes / (dense_gbs * 1e9) * 1e3 : 0;
     p.skipped = g.seconds <= 0;
-    char gbs[64];
-    std::snprintf(gbs, sizeof gbs, "%.1f GB/s", g.gb_per_s);
-    p.note = g.backend + ", " + std::to_string(g.row_bytes) + "-byte rows, " + gbs +
-             (g.matches_reference ? "" : ", OUTPUT MISMATCH") + (g.note.empty() ? "" : ", " + g.note);
+    char text[256];
+    if (g.backend == "dense-pinned-copy")
+      std::snprintf(text, sizeof text, "%s arena %s, %zu-byte rows, %.1f GB/s", g.backend.c_str(), g.arena.c_str(),
+                    g.row_bytes, g.gb_per_s);
+    else
+      std::snprintf(text, sizeof text, "%s %s arena %s, %zu-byte rows, %.1f GB/s, single %.1f us, %.0f runs",
+                    g.backend.c_str(), g.pattern.c_str(), g.arena.c_str(), g.row_bytes, g.gb_per_s,
+                    g.single_seconds * 1e6, g.runs);
+    p.note = std::string(text) + (g.matches_reference ? "" : ", OUTPUT MISMATCH") + (g.note.empty() ? "" : ", " + g.note);
+    p.extra = {{"gb_per_s", g.gb_per_s}, {"single_us", g.single_seconds * 1e6}, {"runs", g.runs}};
     r.points.push_back(p);
   }
 }
@@ -355,6 +363,10 @@ bench_report run_cuda_bench(const bench_options& o) {
   r.device_name = props.name + " (" + std::to_string(props.sm_count) + " SMs, " +
                   std::to_string(props.total_memory >> 30) + " GiB)";
   r.copy_bandwidth = kc::measure_copy_bandwidth(std::size_t(2) << 30, 20);
+  if (o.kernels && o.gather_only) {
+    gather_points(r);
+    return r;
+  }
   if (o.kernels) {
     kernel_points(o, r, props);
     quant_points(o, r);

@@ -1,5 +1,7 @@
 #include "memory/allocator.hpp"
 
+#include <cstdio>
+#include <cstring>
 #include <new>
 #include <utility>
 
@@ -38,12 +40,54 @@ std::unique_ptr<allocator> make_pinned_allocator() {
   return std::make_unique<plain_pinned>();
 }
 
+std::unique_ptr<allocator> make_pinned_allocator(pinned_pages) { return make_pinned_allocator(); }
+
 std::unique_ptr<allocator> make_device_allocator(int device) {
   throw memory_error("device memory on CUDA device " + std::to_string(device) +
                      " requested, but this build has no CUDA backend (configure with "
                      "-DSPECPIPE_CUDA=ON)");
 }
 #endif
+
+const char* pinned_pages_name(pinned_pages p) {
+  switch (p) {
+    case pinned_pages::driver: return "driver";
+    case pinned_pages::transparent: return "thp";
+    case pinned_pages::hugetlb: return "hugetlb";
+  }
+  return "?";
+}
+
+double huge_page_fraction(const void* p, std::size_t bytes) {
+  if (bytes == 0) return 0;
+  std::FILE* f = std::fopen("/proc/self/smaps", "r");
+  if (!f) return -1;
+  const auto lo = reinterpret_cast<std::uintptr_t>(p), hi = lo + bytes;
+  // smaps: a header line "start-end perms ..." per mapping, then "Key: N kB"
+  // lines. Huge pages are counted per mapping, so a mapping that only partly
+  // overlaps the range is credited in proportion to the overlap.
+  double huge = 0, overlap_share = 0;
+  char line[512];
+  while (std::fgets(line, sizeof line, f)) {
+    std::uintmax_t a = 0, b = 0;
+    // Only a mapping's header parses as "hex-hex" (keys such as "AnonHugePages:"
+    // stop after one hex digit).
+    if (std::sscanf(line, "%jx-%jx", &a, &b) == 2) {
+      const auto s = std::uintptr_t(a), e = std::uintptr_t(b);
+      const auto o_lo = s > lo ? s : lo, o_hi = e < hi ? e : hi;
+      overlap_share = o_hi > o_lo && e > s ? double(o_hi - o_lo) / double(e - s) : 0;
+      continue;
+    }
+    if (overlap_share <= 0) continue;
+    unsigned long long kb = 0;
+    if (std::sscanf(line, "AnonHugePages: %llu kB", &kb) == 1 || std::sscanf(line, "Private_Hugetlb: %llu kB", &kb) == 1 ||
+        std::sscanf(line, "Shared_Hugetlb: %llu kB", &kb) == 1)
+      huge += overlap_share * double(kb) * 1024.0;
+  }
+  std::fclose(f);
+  const double frac = huge / double(bytes);
+  return frac > 1 ? 1 : frac;
+}
 
 buffer::buffer(allocator& a, std::size_t bytes) : alloc_(&a), data_(a.allocate(bytes)), bytes_(bytes) {}
 

@@ -4,6 +4,7 @@
 // Only the owner of a resource (the KV store for pinned memory, the GPU worker
 // for device memory) creates these allocators.
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -37,6 +38,32 @@ bool cuda_available();
 // GPU is present; plain host memory otherwise, so the CPU backend runs the
 // same code paths.
 std::unique_ptr<allocator> make_pinned_allocator();
+
+// How pinned memory is backed by host pages. A zero-copy gather of scattered
+// rows out of a multi-GiB arena pays one address translation (GPU TLB, and the
+// host IOMMU where it translates) per 4 KiB page it touches; 2 MiB pages cut
+// the pages a random gather touches by up to 512x (kernels/cuda/NOTES.md,
+// "Sparse gather").
+enum class pinned_pages : std::uint8_t {
+  driver,       // cudaHostAlloc: whatever pages the driver takes (4 KiB)
+  transparent,  // mmap + madvise(MADV_HUGEPAGE) + cudaHostRegister: 2 MiB
+                // transparent huge pages where the kernel grants them
+  hugetlb,      // mmap(MAP_HUGETLB) + cudaHostRegister: reserved 2 MiB pages;
+                // falls back to `transparent` when none are reserved
+};
+
+const char* pinned_pages_name(pinned_pages p);
+
+// As make_pinned_allocator(), with the backing asked for. Huge-page requests
+// fall back cleanly (hugetlb -> transparent -> driver) when the kernel or the
+// driver refuses; huge_page_fraction() tells what an allocation really got.
+// Without a GPU this is plain host memory, as above.
+std::unique_ptr<allocator> make_pinned_allocator(pinned_pages pages);
+
+// Share of [p, p + bytes) backed by huge pages (transparent or hugetlb),
+// from /proc/self/smaps; 0 for driver-allocated memory, -1 where it cannot be
+// read (not Linux, no procfs).
+double huge_page_fraction(const void* p, std::size_t bytes);
 
 // Device memory on CUDA ordinal `device`; throws memory_error in a build or on
 // a machine without CUDA.

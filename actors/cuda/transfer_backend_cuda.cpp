@@ -1,7 +1,8 @@
 // The CUDA transfer backend (CUDA builds only). The engine's own stream runs
-// each gather: long contiguous runs by cudaMemcpyAsync, the rest by the
-// zero-copy kernel reading mapped pinned host memory (kernels::plan_gather
-// holds the rule). Completion is a CUDA event recorded on that stream; the
+// each gather: long contiguous runs by the copy engines, the rest by the
+// zero-copy kernel reading mapped pinned host memory
+// (kernels::cuda::gather_request runs a request; kernels::gather_policy holds
+// the rule and the kernel's shape). Completion is a CUDA event recorded on that stream; the
 // worker's stream waits on it. Plain C++ over the runtime API: no CAF here.
 #include <cuda_runtime_api.h>
 
@@ -26,8 +27,8 @@ class cuda_transfer_backend final : public transfer_backend {
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   }
   ~cuda_transfer_backend() override {
-    if (index_dev_) cudaFree(index_dev_);
-    if (index_host_) cudaFreeHost(index_host_);
+    if (scratch_.index_dev) cudaFree(scratch_.index_dev);
+    if (scratch_.index_host) cudaFreeHost(scratch_.index_host);
     cudaStreamDestroy(stream_);
   }
 
@@ -37,24 +38,12 @@ class cuda_transfer_backend final : public transfer_backend {
 
   void gather(const gather_source& src, void* dst, transfer_event& done) override {
     check(cudaSetDevice(device_), "cudaSetDevice");
-    const auto plan = kernels::plan_gather(src.rows, src.row_bytes);
-    auto* d = static_cast<std::byte*>(dst);
-    for (const auto& r : plan.copy_runs)
-      check(cudaMemcpyAsync(d + std::size_t(r.dst_row) * src.row_bytes, src.base + std::size_t(r.src_row) * src.row_bytes,
-                            std::size_t(r.count) * src.row_bytes, cudaMemcpyHostToDevice, stream_),
-            "cudaMemcpyAsync");
-    if (const std::size_t n = plan.kernel_rows.size(); n > 0) {
-      reserve_index(2 * n);
-      std::copy(plan.kernel_rows.begin(), plan.kernel_rows.end(), index_host_);
-      std::copy(plan.kernel_dst.begin(), plan.kernel_dst.end(), index_host_ + n);
-      check(cudaMemcpyAsync(index_dev_, index_host_, 2 * n * sizeof(std::int64_t), cudaMemcpyHostToDevice, stream_),
-            "cudaMemcpyAsync (row indices)");
-      void* src_dev = nullptr;
-      check(cudaHostGetDevicePointer(&src_dev, const_cast<std::byte*>(src.base), 0), "cudaHostGetDevicePointer");
-      check(cudaError_t(kernels::cuda::gather_rows(src_dev, src.row_bytes, index_dev_, index_dev_ + n,
-                                                   std::int64_t(n), dst, stream_)),
-            "gather kernel");
-    }
+    reserve_index(2 * src.rows.size());
+    void* src_dev = nullptr;
+    check(cudaHostGetDevicePointer(&src_dev, const_cast<std::byte*>(src.base), 0), "cudaHostGetDevicePointer");
+    check(cudaError_t(kernels::cuda::gather_request(src.base, src_dev, src.row_bytes, src.rows, dst, stream_, policy_,
+                                                    scratch_)),
+          "gather");
     cudaEvent_t ev;
     check(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
     check(cudaEventRecord(ev, stream_), "cudaEventRecord");
@@ -67,23 +56,24 @@ class cuda_transfer_backend final : public transfer_backend {
 
  private:
   void reserve_index(std::size_t n) {
-    if (n <= index_cap_) return;
-    if (index_dev_) cudaFree(index_dev_);
-    if (index_host_) cudaFreeHost(index_host_);
-    index_dev_ = nullptr;
-    index_host_ = nullptr;
-    check(cudaMalloc(reinterpret_cast<void**>(&index_dev_), n * sizeof(std::int64_t)), "cudaMalloc (row indices)");
-    check(cudaHostAlloc(reinterpret_cast<void**>(&index_host_), n * sizeof(std::int64_t), cudaHostAllocDefault),
+    if (n <= scratch_.capacity) return;
+    if (scratch_.index_dev) cudaFree(scratch_.index_dev);
+    if (scratch_.index_host) cudaFreeHost(scratch_.index_host);
+    scratch_.index_dev = nullptr;
+    scratch_.index_host = nullptr;
+    scratch_.capacity = 0;
+    check(cudaMalloc(reinterpret_cast<void**>(&scratch_.index_dev), n * sizeof(std::int64_t)),
+          "cudaMalloc (row indices)");
+    check(cudaHostAlloc(reinterpret_cast<void**>(&scratch_.index_host), n * sizeof(std::int64_t), cudaHostAllocDefault),
           "cudaHostAlloc (row indices)");
-    index_cap_ = n;
+    scratch_.capacity = n;
   }
 
   int device_;
   std::unique_ptr<allocator> alloc_;
   cudaStream_t stream_ = nullptr;
-  std::int64_t* index_dev_ = nullptr;
-  std::int64_t* index_host_ = nullptr;
-  std::size_t index_cap_ = 0;
+  kernels::gather_policy policy_{};
+  kernels::cuda::gather_scratch scratch_{};
 };
 
 }  // namespace

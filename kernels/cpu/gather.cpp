@@ -32,6 +32,26 @@ gather_plan plan_gather(std::span<const std::int64_t> rows, std::size_t row_byte
   return plan;
 }
 
+gather_shape describe_gather(std::span<const std::int64_t> rows, std::size_t row_bytes,
+                             std::size_t min_copy_bytes) {
+  gather_shape g;
+  g.rows = std::int64_t(rows.size());
+  for (const row_run& r : coalesce_rows(rows)) {
+    ++g.runs;
+    if (r.count > g.longest_run) g.longest_run = r.count;
+    if (std::size_t(r.count) * row_bytes >= min_copy_bytes) g.rows_in_copy_runs += r.count;
+  }
+  return g;
+}
+
+const char* gather_kernel_name(gather_kernel k) {
+  switch (k) {
+    case gather_kernel::flat: return "flat";
+    case gather_kernel::warp_rows: return "warp-rows";
+  }
+  return "?";
+}
+
 namespace cpu {
 
 void gather_rows(const void* src, std::size_t row_bytes, std::span<const std::int64_t> rows, void* dst) {

@@ -1,7 +1,9 @@
 // Pinned-host and device allocators over the CUDA runtime. Compiled only in
 // CUDA builds; plain C++ against the runtime API, no kernels.
 #include <cuda_runtime_api.h>
+#include <sys/mman.h>
 
+#include <cstdint>
 #include <string>
 
 #include "memory/allocator.hpp"
@@ -25,6 +27,82 @@ class pinned_allocator final : public allocator {
   }
   void deallocate(void* p, std::size_t) noexcept override { cudaFreeHost(p); }
   memory_kind kind() const override { return memory_kind::pinned; }
+};
+
+// Huge-page-backed pinned memory: the pages come from mmap (2 MiB-aligned,
+// rounded up to whole 2 MiB pages) and are then page-locked and mapped for the
+// GPU by cudaHostRegister. Nothing is remembered per allocation: the size is
+// rounded the same way on the way back, and cudaHostUnregister failing tells
+// the cudaHostAlloc fallback apart.
+class huge_pinned_allocator final : public allocator {
+ public:
+  explicit huge_pinned_allocator(pinned_pages pages) : pages_(pages) {}
+
+  void* allocate(std::size_t bytes) override {
+    const std::size_t len = rounded(bytes);
+    void* p = nullptr;
+#ifdef MAP_HUGETLB
+    if (pages_ == pinned_pages::hugetlb)
+      p = map(len, MAP_HUGETLB | huge_2mb_flag());  // fails (ENOMEM) when no pages are reserved
+#endif
+    if (!p) {
+      p = map(len, 0);
+#ifdef MADV_HUGEPAGE
+      // Ignored where THP is off; the memory is then simply 4 KiB pages.
+      if (p) madvise(p, len, MADV_HUGEPAGE);
+#endif
+    }
+    if (p) {
+      const cudaError_t e = cudaHostRegister(p, len, cudaHostRegisterMapped | cudaHostRegisterPortable);
+      if (e == cudaSuccess) return p;
+      cudaGetLastError();  // not sticky; clear it and fall back
+      munmap(p, len);
+    }
+    void* q = nullptr;
+    const cudaError_t e = cudaHostAlloc(&q, bytes == 0 ? 1 : bytes, cudaHostAllocMapped | cudaHostAllocPortable);
+    if (e != cudaSuccess) fail("cudaHostAlloc", e, bytes);
+    return q;
+  }
+
+  void deallocate(void* p, std::size_t bytes) noexcept override {
+    if (!p) return;
+    if (cudaHostUnregister(p) == cudaSuccess) {
+      munmap(p, rounded(bytes));
+    } else {
+      cudaGetLastError();
+      cudaFreeHost(p);  // the cudaHostAlloc fallback
+    }
+  }
+  memory_kind kind() const override { return memory_kind::pinned; }
+
+ private:
+  static constexpr std::size_t huge = std::size_t(2) << 20;
+  static std::size_t rounded(std::size_t bytes) { return (bytes == 0 ? huge : (bytes + huge - 1) / huge * huge); }
+  static int huge_2mb_flag() {
+#ifdef MAP_HUGE_2MB
+    return MAP_HUGE_2MB;
+#else
+    return 21 << 26;  // MAP_HUGE_SHIFT 26, log2(2 MiB)
+#endif
+  }
+  // A 2 MiB-aligned private anonymous mapping of `len` bytes, or null. THP
+  // only backs 2 MiB-aligned ranges, so map one huge page more and trim.
+  static void* map(std::size_t len, int extra_flags) {
+    if (extra_flags != 0) {
+      void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | extra_flags, -1, 0);
+      return p == MAP_FAILED ? nullptr : p;
+    }
+    void* raw = mmap(nullptr, len + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) return nullptr;
+    const auto a = reinterpret_cast<std::uintptr_t>(raw);
+    const auto aligned = (a + huge - 1) / huge * huge;
+    if (aligned > a) munmap(raw, aligned - a);
+    if (const std::size_t tail = a + len + huge - (aligned + len); tail > 0)
+      munmap(reinterpret_cast<void*>(aligned + len), tail);
+    return reinterpret_cast<void*>(aligned);
+  }
+
+  pinned_pages pages_;
 };
 
 class plain_pinned_allocator final : public allocator {
@@ -66,6 +144,12 @@ bool cuda_available() {
 std::unique_ptr<allocator> make_pinned_allocator() {
   if (cuda_available()) return std::make_unique<pinned_allocator>();
   return std::make_unique<plain_pinned_allocator>();
+}
+
+std::unique_ptr<allocator> make_pinned_allocator(pinned_pages pages) {
+  if (!cuda_available()) return std::make_unique<plain_pinned_allocator>();
+  if (pages == pinned_pages::driver) return std::make_unique<pinned_allocator>();
+  return std::make_unique<huge_pinned_allocator>(pages);
 }
 
 std::unique_ptr<allocator> make_device_allocator(int device) {

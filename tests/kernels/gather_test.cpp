@@ -3,10 +3,12 @@
 // sentinels around the output.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 
 #include "kernels/gather.hpp"
+#include "kernels/gather_bench.hpp"
 
 namespace specpipe::testing {
 namespace {
@@ -68,6 +70,56 @@ TEST(GatherPlan, CoalescesRunsAndSplitsByTheCopyRule) {
   const auto all_kernel = kernels::plan_gather(rows, 256);
   EXPECT_TRUE(all_kernel.copy_runs.empty());
   EXPECT_EQ(all_kernel.kernel_rows.size(), rows.size());
+}
+
+TEST(GatherPlan, DescribesRunsAndCopyRows) {
+  const std::vector<std::int64_t> rows{5, 6, 7, 2, 2, 9, 10, 0};
+  const auto g = kernels::describe_gather(rows, 256, 512);
+  EXPECT_EQ(g.rows, 8);
+  EXPECT_EQ(g.runs, 5);
+  EXPECT_EQ(g.longest_run, 3);
+  EXPECT_EQ(g.rows_in_copy_runs, 5);  // the runs 5..7 and 9..10
+}
+
+TEST(GatherBenchRows, PatternsHaveTheShapeTheyClaim) {
+  kernels::gather_bench_options o;
+  o.topk = 64;
+  o.block_tokens = 16;
+  const std::int64_t store_rows = std::int64_t(1) << 20, n = 4096;
+  const std::uint64_t seed = 5;
+  const auto uniform = kernels::gather_bench_rows(kernels::gather_pattern::uniform, n, store_rows, o, seed);
+  auto sorted = kernels::gather_bench_rows(kernels::gather_pattern::uniform_sorted, n, store_rows, o, seed);
+  ASSERT_EQ(std::int64_t(uniform.size()), n);
+  EXPECT_TRUE(std::is_sorted(sorted.begin(), sorted.end()));
+  auto resorted = uniform;
+  std::sort(resorted.begin(), resorted.end());
+  EXPECT_EQ(resorted, sorted) << "seed " << seed;
+  const std::int64_t streams = n / o.topk, context = store_rows / streams;
+  for (const auto p : {kernels::gather_pattern::topk, kernels::gather_pattern::topk_clustered}) {
+    const auto rows = kernels::gather_bench_rows(p, n, store_rows, o, seed);
+    ASSERT_EQ(std::int64_t(rows.size()), n) << kernels::gather_pattern_name(p);
+    for (std::int64_t s = 0; s < streams; ++s) {
+      std::int64_t last_pos = -1;
+      for (std::int64_t i = 0; i < o.topk; ++i) {
+        const std::int64_t r = rows[std::size_t(s * o.topk + i)];
+        ASSERT_GE(r, 0);
+        ASSERT_LT(r, store_rows);
+        // Invert the fresh block table's layout: block b of stream s is
+        // arena block b * streams + s.
+        const std::int64_t block = r / o.block_tokens;
+        ASSERT_EQ(block % streams, s) << kernels::gather_pattern_name(p) << " row " << r << ", seed " << seed;
+        const std::int64_t pos = block / streams * o.block_tokens + r % o.block_tokens;
+        ASSERT_LT(pos, context);
+        ASSERT_GT(pos, last_pos) << "positions of a stream ascend and are distinct, seed " << seed;
+        last_pos = pos;
+      }
+    }
+  }
+  // Clusters make runs of adjacent rows: far fewer runs than rows.
+  const auto clustered = kernels::gather_bench_rows(kernels::gather_pattern::topk_clustered, n, store_rows, o, seed);
+  const auto plain = kernels::gather_bench_rows(kernels::gather_pattern::topk, n, store_rows, o, seed);
+  EXPECT_LT(kernels::coalesce_rows(clustered).size(), std::size_t(n) / 2);
+  EXPECT_GT(kernels::coalesce_rows(plain).size(), std::size_t(n) * 9 / 10);
 }
 
 }  // namespace

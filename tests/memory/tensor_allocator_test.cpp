@@ -61,6 +61,31 @@ TEST(Allocator, PinnedIsUsableOnEveryMachine) {
   EXPECT_EQ(p.kind(), memory_kind::pinned);
 }
 
+TEST(Allocator, EveryPinnedPageSizeIsUsableOnEveryMachine) {
+  // Huge-page requests fall back (hugetlb -> transparent -> driver) rather
+  // than fail; without a GPU all of them are plain host memory.
+  for (const auto pages : {pinned_pages::driver, pinned_pages::transparent, pinned_pages::hugetlb}) {
+    auto pinned = make_pinned_allocator(pages);
+    EXPECT_EQ(pinned->kind(), memory_kind::pinned) << pinned_pages_name(pages);
+    const std::size_t bytes = (std::size_t(4) << 20) + 12345;  // not a whole number of 2 MiB pages
+    buffer p(*pinned, bytes);
+    ASSERT_NE(p.data(), nullptr);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p.data()) % 256, 0u) << pinned_pages_name(pages);
+    p.as<unsigned char>()[0] = 1;
+    p.as<unsigned char>()[bytes - 1] = 2;
+    EXPECT_EQ(p.as<unsigned char>()[bytes - 1], 2);
+    const double huge = huge_page_fraction(p.data(), p.size());
+    EXPECT_TRUE(huge == -1 || (huge >= 0 && huge <= 1)) << pinned_pages_name(pages) << ": " << huge;
+  }
+}
+
+TEST(Allocator, HugePageFractionOfNothingIsZero) {
+  EXPECT_EQ(huge_page_fraction(nullptr, 0), 0);
+  // The last page of the address space is never mapped in a user process.
+  const double f = huge_page_fraction(reinterpret_cast<const void*>((~std::uintptr_t(0) - 8191) & ~std::uintptr_t(4095)), 4096);
+  EXPECT_TRUE(f == 0 || f == -1) << f;
+}
+
 TEST(Allocator, DeviceMemoryWithoutAGpuIsAClearError) {
   if (cuda_available()) GTEST_SKIP() << "a GPU is present; this checks the error without one";
   try {
