@@ -166,8 +166,8 @@ int bench_main(int argc, char** argv) {
     ("group", po::value(&kv_group)->default_value(0), "quantization group G (0: each format's default)")
     ("residual", po::value(&kv_residual)->default_value(0), "kivi/specache window R (0: 64)")
     ("topk", po::value(&topk)->default_value(64), "specache (CPU): 16-bit rows fetched per layer and KV head")
-    ("packed-stages", po::value(&o.packed_stages)->default_value(3),
-     "CUDA decode: cp.async stages of the packed attention (2, 3 or 4)")
+    ("packed-stages", po::value(&o.packed_stages)->default_value(0),
+     "CUDA decode: cp.async stages of the packed attention (2, 3 or 4; 0: per format)")
     ("gamma", po::value(&qso.gamma)->default_value("5"), "quantspec: draft tokens per round, or auto")
     ("weight-group", po::value(&qso.weight_group)->default_value(128),
      "quantspec: columns per scale of the 4-bit draft weights")
@@ -222,8 +222,8 @@ int bench_main(int argc, char** argv) {
     if (!c) throw usage_error("--preset: unknown preset '" + o.model_name + "' (known: " + join(preset_names()) + ")");
     o.config = *c;
   }
-  if (o.packed_stages < 2 || o.packed_stages > 4)
-    throw usage_error("--packed-stages: must be 2, 3 or 4, got " + std::to_string(o.packed_stages));
+  if (o.packed_stages != 0 && (o.packed_stages < 2 || o.packed_stages > 4))
+    throw usage_error("--packed-stages: must be 0 (per format), 2, 3 or 4, got " + std::to_string(o.packed_stages));
   // Decoding runs: --kv picks the full-cache decode, QuantSpec (CPU) and the
   // GPU's quantized caches.
   bool run_full = true, run_quantspec = false;

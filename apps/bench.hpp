@@ -36,7 +36,7 @@ struct bench_options {
   // CUDA decode: the KV cache modes to time at each context and batch
   // (--kv full,kivi:1,specache,hier:4 ...); empty: full only.
   std::vector<kv_mode> kv_modes;
-  int packed_stages = 3;  // cp.async stages of the packed attention
+  int packed_stages = 0;  // cp.async stages of the packed attention; 0: per format
 };
 
 // One measured (or skipped) configuration.

@@ -484,7 +484,8 @@ bench_report run_cuda_bench(const bench_options& o) {
                                                          props.sm_count, fo.max_splits, bps);
           how += ", attention splits " + std::to_string(splits) + " (" + std::to_string(bps) + " blocks/SM)";
         } else {
-          how += ", packed attention v2, " + std::to_string(fo.packed_stages) + " stages";
+          how += ", packed attention (lean smem, combine 1, >= 16 tiles/split), " +
+                 (fo.packed_stages > 0 ? std::to_string(fo.packed_stages) : std::string("per-format")) + " stages";
         }
         r.points.push_back({"decode", b, ctx, false, how, t.median, t.spread, double(b) / (t.median * 1e-3), bytes,
                             bytes / r.copy_bandwidth * 1e3, used_gib()});

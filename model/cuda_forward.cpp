@@ -384,7 +384,7 @@ struct cuda_forward::impl {
     a.partial = partial.as<float>();
     a.entries = int(m);
     a.n_heads = int(c.num_attention_heads);
-    a.stages = opt.packed_stages;
+    a.stages = opt.packed_stages > 0 ? opt.packed_stages : kc::packed_attention_stages(read_bits);
     a.scale = 1.f / std::sqrt(float(c.head_dim));
     const auto it = packed_blocks_per_sm.find(read_bits);
     const int bps = it == packed_blocks_per_sm.end() ? 2 : it->second;
@@ -392,7 +392,8 @@ struct cuda_forward::impl {
     // batch size, replayable as a graph.
     a.splits = kc::packed_attention_splits(int(m), int(c.num_key_value_heads),
                                            kc::packed_attention_tiles(opt.max_context, opt.max_context),
-                                           props.sm_count, opt.max_splits, bps);
+                                           props.sm_count, opt.max_splits, bps,
+                                           kc::packed_attention_min_split_tiles);
     return a;
   }
 
@@ -699,8 +700,8 @@ cuda_forward::cuda_forward(const cuda_model& model, const cuda_forward_options& 
   if (options.gemv_unroll != 2 && options.gemv_unroll != 4)
     throw std::invalid_argument("cuda_forward: gemv_unroll must be 2 or 4, got " +
                                 std::to_string(options.gemv_unroll));
-  if (options.packed_stages < 2 || options.packed_stages > 4)
-    throw std::invalid_argument("cuda_forward: packed_stages must be 2, 3 or 4, got " +
+  if (options.packed_stages != 0 && (options.packed_stages < 2 || options.packed_stages > 4))
+    throw std::invalid_argument("cuda_forward: packed_stages must be 0 (per format), 2, 3 or 4, got " +
                                 std::to_string(options.packed_stages));
   impl_ = std::make_unique<impl>(model.get(), options);
 }

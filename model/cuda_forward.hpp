@@ -84,7 +84,7 @@ struct cuda_forward_options {
   // then such prefills are refused).
   std::int64_t kv_max_append = 16;
   std::int64_t kv_staging_tokens = -1;
-  int packed_stages = 3;  // cp.async stages of the packed attention: 2, 3 or 4
+  int packed_stages = 0;  // cp.async stages of the packed attention: 2, 3 or 4; 0: per format
 };
 
 class cuda_forward {

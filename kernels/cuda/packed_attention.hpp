@@ -108,20 +108,22 @@ struct packed_attention_args {
   float* partial = nullptr;          // scratch, packed_attention_scratch_floats()
   int entries = 0, n_heads = 0;
   int splits = 1;                    // per entry, <= the max_splits the scratch was sized for
-  int stages = 3;                    // cp.async stages of packed tiles: 2, 3 or 4
+  int stages = 3;                    // cp.async stages of packed tiles: 2, 3 or 4 (packed_attention_stages)
   float scale = 0;                   // usually 1/sqrt(head_dim)
-  // Variants for the v3 measurements (NOTES.md, "Packed attention v3"); the
-  // defaults are v2's measured configuration. Results do not depend on them
-  // beyond f32 summation order.
+  // Variants of the v3 measurements (NOTES.md, "Packed attention v3"); the
+  // defaults are the configuration that measured fastest for every format
+  // on the H200 (lean shared memory, combine 1; with at least 16 tiles per
+  // split and 3 stages for 1-2 bits, 2 for 4-8). Results do not depend on
+  // them beyond f32 summation order.
   // lean_smem: per-warp value-group arrays sized by the cache's value groups
   // (v2: head_dim / 32 of them) and the replaced-row arrays only when rows
   // are given: 4-9 KiB less per block, one more resident block for 2- and
   // 4-bit.
-  bool lean_smem = false;
+  bool lean_smem = true;
   // combine: 0 = v2's combine (every thread walks the split list twice);
   // 1 = the split weights once per block into shared memory, then one
   // unconditional (batched) load per split and output element.
-  int combine = 0;
+  int combine = 1;
 };
 
 std::size_t packed_attention_scratch_floats(int entries, int n_heads, int head_dim, int max_splits);
@@ -139,6 +141,14 @@ std::int64_t packed_attention_tiles(std::int64_t n_quant, std::int64_t len);
 // 103 splits (5 tiles each) against 0.418 ms at 37 splits (G=128).
 int packed_attention_splits(int entries, int n_kv_heads, std::int64_t tiles, int sm_count, int max_splits,
                             int blocks_per_sm, int min_split_tiles = 2);
+
+// The stages that measured fastest for a read of `bits` per code (3 for 1-2
+// bits, 2 for 4-8: a third stage costs the larger tiles a resident block).
+inline int packed_attention_stages(int bits) { return bits <= 2 ? 3 : 2; }
+
+// The fewest tiles per split of the decode path (v3 sweep: 16 made 1-bit
+// 0.304 ms against 0.350 at the v2 rule's 57 splits).
+inline constexpr int packed_attention_min_split_tiles = 16;
 
 // Resident blocks per SM for this configuration (occupancy query).
 int packed_attention_blocks_per_sm(const packed_attention_args& a);
