@@ -22,10 +22,16 @@ batch_plan batch_former::operator()(std::span<const batch_candidate> candidates)
     return a.arrival < b.arrival;
   });
   batch_plan plan;
+  bool prompt_taken = false;
   for (const auto& c : order) {
     const bool seats = std::int32_t(plan.step.size()) < capacity_.max_sequences;
     const bool fits = plan.tokens + c.tokens <= capacity_.max_tokens;
-    if (seats && (fits || plan.step.empty())) {
+    // A prompt that does not fit beside the decodes still joins as the
+    // step's only prompt (the token cap is exceeded by at most one prompt),
+    // or it would wait for as long as any sequence decodes.
+    const bool oversized = c.phase == seq_phase::prefill && !prompt_taken;
+    if (seats && (fits || plan.step.empty() || oversized)) {
+      prompt_taken = prompt_taken || c.phase == seq_phase::prefill;
       plan.step.push_back(c);
       plan.tokens += c.tokens;
     } else {

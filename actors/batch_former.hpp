@@ -43,9 +43,10 @@ class batch_former {
  public:
   explicit batch_former(batch_capacity capacity = {}, batch_policy policy = decode_first{});
 
-  // Takes candidates in policy order while they fit. A candidate larger than
-  // max_tokens on its own is taken only when the step is still empty: a long
-  // prompt then runs alone instead of waiting forever.
+  // Takes candidates in policy order while they fit. A prompt that does not
+  // fit is still taken when the step holds no prompt yet: a long prompt then
+  // runs beside the decodes instead of waiting for as long as any sequence
+  // decodes (max_tokens is exceeded by at most one prompt a step).
   [[nodiscard]] batch_plan operator()(std::span<const batch_candidate> candidates) const;
 
   const batch_capacity& capacity() const { return capacity_; }

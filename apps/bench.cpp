@@ -166,6 +166,8 @@ int bench_main(int argc, char** argv) {
     ("group", po::value(&kv_group)->default_value(0), "quantization group G (0: each format's default)")
     ("residual", po::value(&kv_residual)->default_value(0), "kivi/specache window R (0: 64)")
     ("topk", po::value(&topk)->default_value(64), "specache (CPU): 16-bit rows fetched per layer and KV head")
+    ("transfer-latency-us", po::value(&o.transfer_latency_us)->default_value(0),
+     "specache (CPU): microseconds added to every gather, emulating a slower host-to-device link")
     ("packed-stages", po::value(&o.packed_stages)->default_value(0),
      "CUDA decode: cp.async stages of the packed attention (2, 3 or 4; 0: per format)")
     ("gamma", po::value(&qso.gamma)->default_value("5"), "quantspec: draft tokens per round, or auto")
@@ -222,6 +224,8 @@ int bench_main(int argc, char** argv) {
     if (!c) throw usage_error("--preset: unknown preset '" + o.model_name + "' (known: " + join(preset_names()) + ")");
     o.config = *c;
   }
+  if (o.transfer_latency_us < 0 || o.transfer_latency_us > 1000000)
+    throw usage_error("--transfer-latency-us: must be in [0, 1000000], got " + std::to_string(o.transfer_latency_us));
   if (o.packed_stages != 0 && (o.packed_stages < 2 || o.packed_stages > 4))
     throw usage_error("--packed-stages: must be 0 (per format), 2, 3 or 4, got " + std::to_string(o.packed_stages));
   // Decoding runs: --kv picks the full-cache decode, QuantSpec (CPU) and the

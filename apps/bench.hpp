@@ -37,6 +37,8 @@ struct bench_options {
   // (--kv full,kivi:1,specache,hier:4 ...); empty: full only.
   std::vector<kv_mode> kv_modes;
   int packed_stages = 0;  // cp.async stages of the packed attention; 0: per format
+  // CPU cache bench: added before every gather, to emulate a slower link.
+  long long transfer_latency_us = 0;
 };
 
 // One measured (or skipped) configuration.

@@ -42,6 +42,8 @@ bench_report run_cache_bench(const bench_options& o, const std::vector<kv_mode>&
   using clock = std::chrono::steady_clock;
   bench_report r;
   r.device_name = "CPU backend, actor pipeline";
+  if (o.transfer_latency_us > 0)
+    r.notes.push_back("every gather waits " + std::to_string(o.transfer_latency_us) + " us first (a slower link)");
   r.notes.push_back("each point decodes `repeats` tokens per sequence after a prefill of `context` random tokens; "
                     "batch sequences share one worker's steps; device memory counts the packed codes and an f16 "
                     "window as a GPU would hold them");
@@ -70,6 +72,7 @@ bench_report run_cache_bench(const bench_options& o, const std::vector<kv_mode>&
         po.detokenize = [](std::span<const std::int32_t> ids) { return std::string(ids.size(), 'x'); };
         po.make_picker = model_picker_factory();
         po.trace = mode.speculative();
+        po.transfer.extra_latency = std::chrono::microseconds(o.transfer_latency_us);
         po.trace_file = trace;
         std::shared_ptr<step_compute> compute;
         if (mode.speculative()) {
@@ -114,6 +117,14 @@ bench_report run_cache_bench(const bench_options& o, const std::vector<kv_mode>&
         for (const auto& a : arrivals)
           for (const auto t : a) forwards += t > from && t <= to;
         const double decode_s = std::chrono::duration<double>(to - from).count();
+        if (forwards < 2 * b || decode_s <= 0) {
+          std::error_code ec;
+          std::filesystem::remove(trace, ec);
+          r.points.push_back({"decode", b, ctx, true,
+                              mode_name(mode) + ": the sequences never decoded at the same time (a prefill took "
+                                                "longer than another's whole decode): raise --repeats"});
+          continue;
+        }
         bench_point pt;
         pt.kind = "decode";
         pt.batch = b;

@@ -133,9 +133,19 @@ TEST(BatchFormer, OversizedPromptRunsAloneInsteadOfStarving) {
   const auto alone = f(std::vector<batch_candidate>{{1, seq_phase::prefill, 100, 0}, {2, seq_phase::prefill, 4, 1}});
   ASSERT_EQ(alone.step.size(), 1u);
   EXPECT_EQ(alone.step[0].seq, 1u);
-  const auto behind = f(std::vector<batch_candidate>{{2, seq_phase::decode, 1, 1}, {1, seq_phase::prefill, 100, 0}});
-  ASSERT_EQ(behind.step.size(), 1u);
+  // Beside running decodes it still gets its turn (one oversized prompt a
+  // step), else it would wait for as long as anything decodes.
+  const auto behind = f(std::vector<batch_candidate>{
+      {2, seq_phase::decode, 1, 1}, {1, seq_phase::prefill, 100, 0}, {3, seq_phase::prefill, 50, 2}});
+  ASSERT_EQ(behind.step.size(), 2u);
   EXPECT_EQ(behind.step[0].seq, 2u);
+  EXPECT_EQ(behind.step[1].seq, 1u);
+  ASSERT_EQ(behind.waiting.size(), 1u);
+  EXPECT_EQ(behind.waiting[0].seq, 3u);
+  // The same for a prompt that fits a step alone but not beside the decodes.
+  const auto edge = f(std::vector<batch_candidate>{{2, seq_phase::decode, 1, 1}, {1, seq_phase::prefill, 16, 0}});
+  ASSERT_EQ(edge.step.size(), 2u);
+  EXPECT_EQ(edge.tokens, 17);
   batch_former fcfs({4, 16}, arrival_order{});
   const auto order = fcfs(std::vector<batch_candidate>{{2, seq_phase::decode, 1, 5}, {1, seq_phase::prefill, 3, 0}});
   EXPECT_EQ(order.step[0].seq, 1u);
