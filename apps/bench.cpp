@@ -2,7 +2,8 @@
 // against the roofline measured in the same run; `--kernels` times decode
 // attention and the decode GEMV alone; `--memory-only` runs nothing and
 // reports the KV bytes of each cache format against fp16; `--kv quantspec`
-// (CPU) times QuantSpec against autoregressive decoding (bench_quantspec.cpp).
+// times QuantSpec against autoregressive decoding (bench_quantspec.cpp on the
+// CPU, bench_quantspec_cuda.cpp on the GPU).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -160,7 +161,7 @@ int bench_main(int argc, char** argv) {
     ("memory-only", "run nothing: KV bytes per token and per sequence of each --kv format against fp16")
     ("kv", po::value(&kv_kinds)->default_value("full,kivi,specache,hier"),
      "KV cache modes, MODE[:BITS],...: full, kivi, specache, hier (--memory-only: all four by default; CUDA "
-     "decode: full unless given), and on the CPU: full, quantspec")
+     "decode: full unless given), quantspec (CPU or GPU), and on the CPU: full")
     ("kv-bits", po::value(&kv_bits)->default_value(0),
      "bits of the --kv modes given without :BITS, where valid: kivi (1/2/4) and hier (4/8)")
     ("group", po::value(&kv_group)->default_value(0), "quantization group G (0: each format's default)")
@@ -248,8 +249,6 @@ int bench_main(int argc, char** argv) {
   if (!vm["kv"].defaulted()) {
     run_full = false;
     for (const auto& m : modes) run_full = run_full || m.format == kv_format::full;
-    if (run_quantspec && device != "cpu")
-      throw usage_error("--kv quantspec: the QuantSpec bench runs on the CPU backend (use --device cpu)");
     for (const auto& m : modes)
       if (device == "cuda" && m.speculative())
         throw usage_error("--kv specache: its prefetch runs on the CPU backend so far (use --device cpu; on the "
@@ -273,7 +272,19 @@ int bench_main(int argc, char** argv) {
   }
   bench_report r;
   if (device == "cuda") {
-    r = run_cuda_bench(o);
+    // With quantspec, its own `ar` rows are the full-cache decode.
+    bool other_modes = false;
+    for (const auto& m : o.kv_modes) other_modes = other_modes || m.format != kv_format::full;
+    if (!run_quantspec || other_modes) r = run_cuda_bench(o);
+    if (run_quantspec) {
+      bench_report q = run_cuda_quantspec_bench(o, qso);
+      if (r.device_name.empty()) {
+        r.device_name = q.device_name;
+        r.copy_bandwidth = q.copy_bandwidth;
+      }
+      r.notes.insert(r.notes.end(), q.notes.begin(), q.notes.end());
+      r.points.insert(r.points.end(), q.points.begin(), q.points.end());
+    }
   } else {
     bool cache_modes = false;
     for (const auto& m : o.kv_modes) cache_modes = cache_modes || m.format != kv_format::full;

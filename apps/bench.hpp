@@ -85,6 +85,10 @@ struct quantspec_bench_options {
   double assume_acceptance = 0;  // > 0: also report the speedup the measured costs give at this rate
 };
 bench_report run_quantspec_bench(const bench_options& o, const quantspec_bench_options& q);
+// QuantSpec on the GPU (bench_quantspec_cuda.cpp): per context and batch,
+// plain autoregressive decoding (bf16 weights and cache) against the draft
+// step, the verify and measured rounds in the same run.
+bench_report run_cuda_quantspec_bench(const bench_options& o, const quantspec_bench_options& q);
 
 // Runs the CUDA benchmarks; throws usage_error when CUDA is unusable.
 bench_report run_cuda_bench(const bench_options& o);

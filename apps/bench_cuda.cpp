@@ -267,8 +267,10 @@ void kernel_points(const bench_options& o, bench_report& r, const kc::device_pro
     kc::fill_uniform_bf16(codes.as<std::uint16_t>(), n * stride / 2, -1, 1, 9, st.get());
     kc::fill_bytes(sz.data(), 0x3c, sz.size(), st.get());
     const double qb = double(kernels::cpu::int4_bytes(n, kk, 128));
+    for (const int version : {1, 2})
     for (const std::int64_t m : {1, 2, 4, 8}) {
       kc::int4_gemv_args g;
+      g.version = version;
       g.x = x.as<std::uint16_t>();
       g.ldx = kk;
       g.codes = codes.as<std::uint8_t>();
@@ -282,7 +284,9 @@ void kernel_points(const bench_options& o, bench_report& r, const kc::device_pro
       g.n = n;
       g.k = kk;
       const auto t = time_events(st.get(), o.warmup, o.repeats, [&] { kc::int4_gemv(g, st.get()); });
-      r.points.push_back({"gemv", m, 0, false, "int4 gemv " + std::to_string(n) + "x" + std::to_string(kk) + " g128",
+      r.points.push_back({"gemv", m, 0, false,
+                          std::string(version == 1 ? "int4 gemv v1 (CUDA cores) " : "int4 gemv v2 (tensor cores) ") +
+                              std::to_string(n) + "x" + std::to_string(kk) + " g128",
                           t.median, t.spread, 0, qb, qb / r.copy_bandwidth * 1e3, used_gib()});
     }
   }

@@ -96,7 +96,6 @@ int generate_main(int argc, char** argv) {
     if (kv_bits || residual)
       throw usage_error("--kv quantspec: the draft reads INT4 and the target INT8 KV; --kv-bits and --residual "
                         "do not apply");
-    if (device == "cuda") throw usage_error("--kv quantspec: runs on the CPU backend only so far (use --device cpu)");
     if (!vm["topk"].defaulted() || !vm["prefetch"].defaulted())
       throw usage_error("--topk/--prefetch: only --kv specache fetches rows");
     qs_opts.kv_group = quantspec_group_of(group);
@@ -116,6 +115,9 @@ int generate_main(int argc, char** argv) {
   if (device == "cuda" && kv_choice.speculative())
     throw usage_error("--kv specache: the prefetch of 16-bit rows runs on the CPU backend so far (use --device cpu; "
                       "on the GPU, --kv kivi --kv-bits 1 is the low-bit cache alone)");
+  if (device == "cuda" && quantspec && qs_opts.kv_group != 32 && qs_opts.kv_group != 64 && qs_opts.kv_group != 128)
+    throw usage_error("--group: the GPU's hierarchical cache uses groups of 32, 64 or 128 tokens, got " +
+                      std::to_string(qs_opts.kv_group));
   if (device == "cuda" && kv_choice.format != kv_format::full &&
       kv_choice.group != 32 && kv_choice.group != 64 && kv_choice.group != 128)
     throw usage_error("--group: the GPU's quantized caches use groups of 32, 64 or 128 tokens, got " +
@@ -154,6 +156,8 @@ int generate_main(int argc, char** argv) {
   // pinned memory for Llama-3.1 otherwise).
   const std::int64_t needed =
       std::min(max_context, std::int64_t(req.prompt.size()) + std::int64_t(req.max_tokens));
+  if (device == "cuda" && quantspec)
+    return run_generate_cuda_quantspec(m, req, eos, needed, prompt, qs_opts.kv_group, qs_opts.draft, qs_opts.gamma);
   if (device == "cuda") return run_generate_cuda(m, req, eos, needed, prompt, kv_choice);
 
   // The CPU backend runs through the actor pipeline: one worker, the host

@@ -4,8 +4,10 @@
 #include <cstdio>
 #include <iostream>
 
+#include "apps/quantspec_cli.hpp"
 #include "model/cuda_decode_backend.hpp"
 #include "model/cuda_forward.hpp"
+#include "model/cuda_quantspec.hpp"
 
 namespace specpipe::apps {
 
@@ -28,6 +30,41 @@ int run_generate_cuda(const model& m, const generation_request& req, const std::
   // captured as a CUDA graph; the rate counts them as the CPU path does.
   print_timing_line(res, m.dir.filename().string(), "cuda",
                     kv.format == kv_format::full ? std::string("full (bf16)") : kv.describe());
+  return 0;
+}
+
+int run_generate_cuda_quantspec(const model& m, const generation_request& req,
+                                const std::vector<std::int32_t>& eos_ids, std::int64_t max_context,
+                                const std::string& prompt_text, std::int64_t kv_group, const draft_options& draft,
+                                const gamma_options& gamma) {
+  if (draft.quantize_lm_head)
+    throw usage_error("--draft-lm-head: the GPU draft shares lm_head with the target (use --device cpu)");
+  cuda_model gpu(m.config, m.weights, 0);
+  gpu.make_draft(draft.group);
+  const int most = gamma.adaptive ? std::min(gamma.max_gamma, 15) : gamma.gamma;
+  cuda_forward_options o;
+  o.max_batch = 1;
+  o.max_context = max_context;
+  o.kv = parse_kv_mode("hier", 8, kv_group, 0);
+  o.kv_max_append = std::max<std::int64_t>(16, most + 1);
+  o.max_step_tokens = most + 1;
+  cuda_forward fwd(gpu, o);
+  gamma_options g = gamma;
+  g.max_gamma = std::min(g.max_gamma, 15);
+  cuda_quantspec qs(fwd, req.sampling, g);
+  cuda_quantspec_backend backend(qs, fwd, 0);
+
+  std::cout << prompt_text << std::flush;
+  const auto res = generate(backend, m.tok, eos_ids, req, max_context,
+                            [](std::string_view d) { std::cout << d << std::flush; });
+  std::cout << "\n";
+  print_timing_line(res, m.dir.filename().string(), "cuda",
+                    "quantspec G=" + std::to_string(kv_group) + " gamma " +
+                        (gamma.adaptive ? std::string("auto") : std::to_string(gamma.gamma)) +
+                        " (draft: 4-bit weights + INT4 KV, target: INT8 KV)");
+  print_spec_line(qs.stats());
+  std::fprintf(stderr, "[%s; on the GPU %.2f MiB]\n", describe_draft_memory(m.config, draft).c_str(),
+               double(gpu.draft_bytes()) / (1024.0 * 1024.0));
   return 0;
 }
 

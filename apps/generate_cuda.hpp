@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "model/draft_weights.hpp"
+#include "model/gamma_controller.hpp"
 #include "model/generator.hpp"
 #include "model/kv_mode.hpp"
 #include "model/model.hpp"
@@ -17,5 +19,14 @@ namespace specpipe::apps {
 
 int run_generate_cuda(const model& m, const generation_request& req, const std::vector<std::int32_t>& eos_ids,
                       std::int64_t max_context, const std::string& prompt_text, const kv_mode& kv);
+
+// --kv quantspec on the GPU (model/cuda_quantspec.hpp): the draft's 4-bit
+// copies quantized on the device, a hierarchical cache of group kv_group,
+// rounds of `gamma` drafts; the QuantSpec counters and the draft's memory
+// on stderr after the timing line.
+int run_generate_cuda_quantspec(const model& m, const generation_request& req,
+                                const std::vector<std::int32_t>& eos_ids, std::int64_t max_context,
+                                const std::string& prompt_text, std::int64_t kv_group, const draft_options& draft,
+                                const gamma_options& gamma);
 
 }  // namespace specpipe::apps

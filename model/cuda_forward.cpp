@@ -26,11 +26,13 @@
 #include <cmath>
 #include <map>
 #include <optional>
+#include <tuple>
 #include <vector>
 
 #include "kernels/cuda/attention.hpp"
 #include "kernels/cuda/device.hpp"
 #include "kernels/cuda/elementwise.hpp"
+#include "kernels/cuda/int4_gemv.hpp"
 #include "kernels/cuda/packed_attention.hpp"
 #include "kernels/cuda/quantize.hpp"
 #include "kernels/cuda/sampling.hpp"
@@ -52,13 +54,15 @@ double cuda_forward::kv_bytes_per_token(const model_config& c, const kv_mode& mo
 
 namespace {
 bool quantized_mode(const cuda_forward_options& o) { return o.kv.format != kv_format::full; }
+// Rows of the largest multi-token step (decode: max_batch).
+std::int64_t step_rows(const cuda_forward_options& o) { return o.max_batch * std::max<std::int64_t>(1, o.max_step_tokens); }
 std::int64_t scratch_rows(const cuda_forward_options& o) {
-  return std::max<std::int64_t>(o.max_batch, o.prefill_chunk);
+  return std::max<std::int64_t>(step_rows(o), o.prefill_chunk);
 }
-// Attention entries the split scratch holds: decode rows, or (quantized) the
+// Attention entries the split scratch holds: step rows, or (quantized) the
 // rows of a short prefill as well.
 std::int64_t attention_rows(const cuda_forward_options& o) {
-  return quantized_mode(o) ? scratch_rows(o) : o.max_batch;
+  return quantized_mode(o) ? scratch_rows(o) : step_rows(o);
 }
 packed_kv_shape packed_shape(const model_config& c, const cuda_forward_options& o) {
   return packed_kv_shape::make(o.kv, c, o.max_batch, o.max_context, o.kv_max_append, o.kv_staging_tokens);
@@ -85,7 +89,7 @@ std::size_t cuda_forward::device_bytes(const model_config& c, const cuda_forward
   const std::size_t act = r * (4 * std::size_t(c.hidden_size) + 2 * std::size_t(c.hidden_size) +
                                2 * std::size_t(c.q_dim() + 2 * c.kv_dim()) + 2 * std::size_t(c.q_dim()) +
                                2 * 3 * std::size_t(c.intermediate_size) + 4 * 4);
-  const std::size_t logits = std::size_t(o.max_batch) * std::size_t(c.vocab_size) * 4;
+  const std::size_t logits = std::size_t(step_rows(o)) * std::size_t(c.vocab_size) * 4;
   const std::size_t partial = std::size_t(attention_rows(o)) * std::size_t(c.num_attention_heads) *
                               std::size_t(o.max_splits) * std::size_t(c.head_dim + 2) * 4;
   return kv + act + logits + partial + prefill_scratch_bytes(c, o) + (std::size_t(32) << 20) /* cuBLAS workspace */;
@@ -106,6 +110,9 @@ std::int64_t cuda_forward::quantized(int) const { return 0; }
 void cuda_forward::truncate(int, std::int64_t) {}
 void cuda_forward::set_kv_read(int) {}
 int cuda_forward::kv_read() const { return 0; }
+void cuda_forward::set_draft_weights(bool) {}
+bool cuda_forward::draft_weights() const { return false; }
+void cuda_forward::extend(std::span<const int>, std::int64_t, std::span<const std::int32_t>, std::span<float>) {}
 void cuda_forward::prefill(int, std::span<const std::int32_t>, std::span<float>) {}
 void cuda_forward::decode(std::span<const int>, std::span<const std::int32_t>, std::span<float>) {}
 void cuda_forward::select(const sampling_params&, std::uint64_t, std::span<std::int32_t>) {}
@@ -142,14 +149,19 @@ struct cuda_forward::impl {
   buffer x, xn, qkv, attn, gu, act, logits, partial;
   buffer scores;     // prefill attention S and P (prefill_scratch_bytes(), may be empty)
   // Per row: tokens, slots, positions, lens; quantized: packed tokens after
-  // this forward's flush, first group to flush, groups to flush.
-  static constexpr int int_arrays = 7;
+  // this forward's flush, first group to flush, groups to flush; per
+  // multi-query attention block: first row, rows.
+  static constexpr int int_arrays = 9;
   buffer ints_dev;   // int32 [int_arrays][rows]
   buffer ints_host;  // pinned mirror
   buffer selected;   // int32 [max_batch]
   std::vector<std::int64_t> lengths;
-  std::map<int, kc::graph> graphs;  // (decode batch size, read) -> captured step
-  std::map<int, int> eager_runs;    // same key -> eager steps so far
+  using step_key = std::tuple<int, int, int, bool>;  // batch, rows per slot, read bits, draft weights
+  std::map<step_key, kc::graph> graphs;  // captured steps
+  std::map<step_key, int> eager_runs;    // eager steps so far per key
+  bool draft = false;                    // multiply by the draft's 4-bit projections
+  int step_blocks = 0;                   // > 0: the packed attention runs multi-query blocks
+  int step_max_queries = 1;
   std::int64_t last_rows = 0;       // logits rows of the last forward
   int attention_blocks_per_sm = 2;  // resident decode-attention blocks (occupancy)
 
@@ -191,13 +203,13 @@ struct cuda_forward::impl {
     attn = buffer(*dev, r * std::size_t(c.q_dim()) * 2);
     gu = buffer(*dev, r * std::size_t(2 * c.intermediate_size) * 2);
     act = buffer(*dev, r * std::size_t(c.intermediate_size) * 2);
-    logits = buffer(*dev, std::size_t(opt.max_batch) * std::size_t(c.vocab_size) * 4);
+    logits = buffer(*dev, std::size_t(step_rows(opt)) * std::size_t(c.vocab_size) * 4);
     partial = buffer(*dev, kc::decode_attention_scratch_floats(int(attention_rows(opt)), int(c.num_attention_heads),
                                                                int(c.head_dim), opt.max_splits) * 4);
     if (const std::size_t sb = prefill_scratch_bytes(c, opt); sb > 0) scores = buffer(*dev, sb);
     ints_dev = buffer(*dev, int_arrays * r * 4);
     ints_host = buffer(*pinned, int_arrays * r * 4);
-    selected = buffer(*dev, std::size_t(opt.max_batch) * 4);
+    selected = buffer(*dev, std::size_t(step_rows(opt)) * 4);
     lengths.assign(std::size_t(opt.max_batch), 0);
     if (quant) {
       // The occupancy of each read this cache allows (hier: INT4 and INT8).
@@ -388,9 +400,15 @@ struct cuda_forward::impl {
     a.scale = 1.f / std::sqrt(float(c.head_dim));
     const auto it = packed_blocks_per_sm.find(read_bits);
     const int bps = it == packed_blocks_per_sm.end() ? 2 : it->second;
+    if (step_blocks > 0) {  // a multi-token step: each slot's rows in shared blocks
+      a.block_first = dev_ints(7);
+      a.block_count = dev_ints(8);
+      a.blocks = step_blocks;
+      a.max_queries = step_max_queries;
+    }
     // From the capacity, not the current lengths: a fixed launch shape per
     // batch size, replayable as a graph.
-    a.splits = kc::packed_attention_splits(int(m), int(c.num_key_value_heads),
+    a.splits = kc::packed_attention_splits(step_blocks > 0 ? step_blocks : int(m), int(c.num_key_value_heads),
                                            kc::packed_attention_tiles(opt.max_context, opt.max_context),
                                            props.sm_count, opt.max_splits, bps,
                                            kc::packed_attention_min_split_tiles);
@@ -421,11 +439,44 @@ struct cuda_forward::impl {
             kc::gemm_out type, bool acc, std::int64_t m, std::int64_t n, std::int64_t k) {
     kc::gemm(blas.get(), gemm_args(in, ldx, wt, out, ldy, type, acc, m, n, k), st.get(), opt.gemm);
   }
+  // A projection by the 16-bit weights `wt`, or by their 4-bit copy `wq`
+  // when the draft runs (the int4 GEMV, 8 rows per launch).
+  void proj(const std::uint16_t* in, std::int64_t ldx, const buffer& wt, const cuda_int4& wq, void* out,
+            std::int64_t ldy, kc::gemm_out type, bool acc, std::int64_t m, std::int64_t n, std::int64_t k) {
+    if (!draft) {
+      gemm(in, ldx, wt.as<std::uint16_t>(), out, ldy, type, acc, m, n, k);
+      return;
+    }
+    const std::size_t out_size = type == kc::gemm_out::f32 ? 4 : 2;
+    for (std::int64_t r = 0; r < m; r += kc::int4_gemv_max_rows) {
+      kc::int4_gemv_args a;
+      a.x = in + r * ldx;
+      a.ldx = ldx;
+      a.codes = wq.codes.as<std::uint8_t>();
+      a.code_stride = wq.code_stride;
+      a.scale = wq.scale.as<std::uint16_t>();
+      a.zero = wq.zero.as<std::uint16_t>();
+      a.group = wq.group;
+      a.y = static_cast<unsigned char*>(out) + std::size_t(r * ldy) * out_size;
+      a.ldy = ldy;
+      a.out = type;
+      a.accumulate = acc;
+      a.m = std::min<std::int64_t>(kc::int4_gemv_max_rows, m - r);
+      a.n = n;
+      a.k = k;
+      kc::int4_gemv(a, st.get());
+    }
+  }
   // x += silu(g) * u Wdown^T. With fuse_swiglu, where the GEMV runs it, the
   // SwiGLU is fused into its input load: one launch and one round trip of
   // `act` less per layer, but each warp recomputes silu(g) * u for all of k.
   void mlp_down(const cuda_layer& L, std::int64_t m) {
     const std::int64_t h = c.hidden_size, inter = c.intermediate_size;
+    if (draft) {
+      kc::swiglu(gu.as<std::uint16_t>(), 2 * inter, act.as<std::uint16_t>(), inter, m, inter, st.get());
+      proj(act.as<std::uint16_t>(), inter, L.wdown, L.wdown_q, x.data(), h, kc::gemm_out::f32, true, m, h, inter);
+      return;
+    }
     const auto plain = gemm_args(act.as<std::uint16_t>(), inter, L.wdown.as<std::uint16_t>(), x.data(), h,
                                  kc::gemm_out::f32, true, m, h, inter);
     auto fused = gemm_args(gu.as<std::uint16_t>(), 2 * inter, L.wdown.as<std::uint16_t>(), x.data(), h,
@@ -455,8 +506,7 @@ struct cuda_forward::impl {
       const auto& L = w.layers[li];
       const int l = int(li);
       kc::rmsnorm(x.as<float>(), h, nullptr, 0, L.attn_norm.as<float>(), xn.as<std::uint16_t>(), h, m, h, eps, st.get());
-      gemm(xn.as<std::uint16_t>(), h, L.wqkv.as<std::uint16_t>(), qkv.data(), qkv_dim(), kc::gemm_out::bf16, false, m,
-           qkv_dim(), h);
+      proj(xn.as<std::uint16_t>(), h, L.wqkv, L.wqkv_q, qkv.data(), qkv_dim(), kc::gemm_out::bf16, false, m, qkv_dim(), h);
       if (quant && !staged)  // the window's oldest groups, when due, before the append
         kc::quantize_groups(quantize_args(l, ring_source(l), dev_ints(1), dev_ints(5), dev_ints(6), int(m)), st.get());
       kc::rope_append_args ra;
@@ -529,10 +579,9 @@ struct cuda_forward::impl {
         da.scale = scale;
         kc::decode_attention(da, st.get());
       }
-      gemm(attn.as<std::uint16_t>(), q, L.wo.as<std::uint16_t>(), x.data(), h, kc::gemm_out::f32, true, m, h, q);
+      proj(attn.as<std::uint16_t>(), q, L.wo, L.wo_q, x.data(), h, kc::gemm_out::f32, true, m, h, q);
       kc::rmsnorm(x.as<float>(), h, nullptr, 0, L.mlp_norm.as<float>(), xn.as<std::uint16_t>(), h, m, h, eps, st.get());
-      gemm(xn.as<std::uint16_t>(), h, L.wgu.as<std::uint16_t>(), gu.data(), 2 * inter, kc::gemm_out::bf16, false, m,
-           2 * inter, h);
+      proj(xn.as<std::uint16_t>(), h, L.wgu, L.wgu_q, gu.data(), 2 * inter, kc::gemm_out::bf16, false, m, 2 * inter, h);
       mlp_down(L, m);
     }
     if (logit_rows == 0) return;  // an inner prefill chunk: no logits
@@ -682,6 +731,116 @@ struct cuda_forward::impl {
     move_rows(nq, len - nq, false);
   }
 
+  // decode() (n = 1) and extend(): n rows per slot, every row's logits.
+  void step(const char* who, std::span<const int> slots, std::int64_t n, std::span<const std::int32_t> tokens,
+            std::span<float> out_logits) {
+    const std::string name = std::string("cuda_forward::") + who;
+    const std::int64_t b = std::int64_t(slots.size());
+    if (b < 1 || b > opt.max_batch)
+      throw std::invalid_argument(name + ": " + std::to_string(slots.size()) + " slots; expected 1.." +
+                                  std::to_string(opt.max_batch));
+    const std::int64_t n_cap =
+        quant ? std::min<std::int64_t>(opt.max_step_tokens, shape->max_append) : opt.max_step_tokens;
+    if (n < 1 || (n > 1 && n > n_cap))
+      throw std::invalid_argument(name + ": " + std::to_string(n) + " tokens per slot; at most " +
+                                  std::to_string(std::max<std::int64_t>(1, n_cap)) + " (max_step_tokens" +
+                                  (quant ? ", kv_max_append)" : ")"));
+    if (std::int64_t(tokens.size()) != b * n)
+      throw std::invalid_argument(name + ": " + std::to_string(tokens.size()) + " tokens for " + std::to_string(b) +
+                                  " slots of " + std::to_string(n) + " rows");
+    if (draft && !w.draft_group) throw std::logic_error(name + ": the model has no draft weights");
+    std::vector<bool> seen(std::size_t(opt.max_batch), false);
+    for (std::size_t i = 0; i < slots.size(); ++i) {
+      check_slot(slots[i]);
+      if (seen[std::size_t(slots[i])])
+        throw std::invalid_argument(name + ": slot " + std::to_string(slots[i]) + " listed twice");
+      seen[std::size_t(slots[i])] = true;
+      if (lengths[std::size_t(slots[i])] + n > opt.max_context)
+        throw std::invalid_argument(name + ": slot " + std::to_string(slots[i]) + " holds " +
+                                    std::to_string(lengths[std::size_t(slots[i])]) + " of " +
+                                    std::to_string(opt.max_context) + " tokens; " + std::to_string(n) +
+                                    " more do not fit");
+    }
+    for (std::size_t i = 0; i < tokens.size(); ++i) check_token(tokens[i], i);
+    const std::int64_t m = b * n;
+    if (!out_logits.empty() && std::int64_t(out_logits.size()) < m * c.vocab_size)
+      throw std::invalid_argument(name + ": logits must hold " + std::to_string(m) + " * vocab_size floats");
+    // Multi-query attention blocks: each slot's rows in runs of as many as
+    // share a block's query columns.
+    const int gq = int(c.num_attention_heads / c.num_key_value_heads);
+    const std::int64_t per_block =
+        quant && n > 1 ? std::min<std::int64_t>(n, kc::packed_attention_max_queries(gq)) : 1;
+    st.synchronize();  // the pinned mirror may still feed the previous copy
+    int blocks = 0;
+    for (std::int64_t i = 0; i < b; ++i) {
+      const std::size_t slot = std::size_t(slots[std::size_t(i)]);
+      const std::int64_t pos = lengths[slot];
+      std::int64_t f = 0, nq = 0;
+      if (quant) {
+        const std::int64_t G = shape->layout.group;
+        nq = quantized_len[slot];
+        f = groups_due(pos - nq, shape->flush_at, G);
+        if (f > 1 || pos - nq - f * G + n > shape->win_cap)  // cuda_packed_kv.hpp: cannot happen
+          throw std::logic_error(name + ": slot " + std::to_string(slot) + " holds a window of " +
+                                 std::to_string(pos - nq) + " tokens, more than one flush can make room for");
+      }
+      for (std::int64_t j = 0; j < n; ++j) {
+        const std::int64_t r = i * n + j;
+        host_ints(0)[r] = tokens[std::size_t(r)];
+        host_ints(1)[r] = std::int32_t(slot);
+        host_ints(2)[r] = std::int32_t(pos + j);
+        host_ints(3)[r] = std::int32_t(pos + j + 1);
+        if (quant) set_quant_row(r, nq + f * shape->layout.group, nq / shape->layout.group, j == 0 ? f : 0);
+      }
+      if (per_block > 1)
+        for (std::int64_t j = 0; j < n; j += per_block, ++blocks) {
+          host_ints(7)[blocks] = std::int32_t(i * n + j);
+          host_ints(8)[blocks] = std::int32_t(std::min(per_block, n - j));
+        }
+      if (quant) quantized_len[slot] = nq + f * shape->layout.group;
+    }
+    upload_ints();
+    step_blocks = blocks;
+    step_max_queries = int(per_block);
+    struct reset {
+      impl& s;
+      ~reset() {
+        s.step_blocks = 0;
+        s.step_max_queries = 1;
+      }
+    } reset_after{*this};
+    const step_key key{int(b), int(n), quant ? read_bits : 0, draft};
+    auto g = graphs.find(key);
+    if (g != graphs.end()) {
+      g->second.launch(st.get());
+      last_rows = m;
+    } else if (!opt.use_graphs || eager_runs[key] < 1) {
+      // The first step of each shape runs eagerly: kernels configure their
+      // shared-memory limits and cuBLAS picks its algorithms outside a capture.
+      layers(m, -1, 0, m);
+      ++eager_runs[key];
+    } else {
+      kc::graph::begin_capture(st.get());
+      try {
+        layers(m, -1, 0, m);
+      } catch (...) {
+        try {
+          kc::graph::end_capture(st.get());
+        } catch (...) {
+        }
+        throw;
+      }
+      auto captured = kc::graph::end_capture(st.get());
+      captured.launch(st.get());
+      graphs.emplace(key, std::move(captured));
+    }
+    for (std::int64_t i = 0; i < b; ++i) lengths[std::size_t(slots[std::size_t(i)])] += n;
+    if (!out_logits.empty()) {
+      kc::copy_to_host(out_logits.data(), logits.data(), std::size_t(m * c.vocab_size) * 4, st.get());
+      st.synchronize();
+    }
+  }
+
   void check_slot(int slot) const {
     if (slot < 0 || slot >= opt.max_batch)
       throw std::out_of_range("cuda_forward: slot " + std::to_string(slot) + " outside [0, " +
@@ -750,6 +909,14 @@ void cuda_forward::set_kv_read(int bits) {
 
 int cuda_forward::kv_read() const { return impl_->quant ? impl_->read_bits : 16; }
 
+void cuda_forward::set_draft_weights(bool draft) {
+  if (draft && !impl_->w.draft_group)
+    throw std::logic_error("cuda_forward::set_draft_weights: the model has no draft weights (cuda_model::make_draft)");
+  impl_->draft = draft;
+}
+
+bool cuda_forward::draft_weights() const { return impl_->draft; }
+
 void cuda_forward::prefill(int slot, std::span<const std::int32_t> tokens, std::span<float> logits) {
   auto& s = *impl_;
   s.check_slot(slot);
@@ -794,75 +961,12 @@ void cuda_forward::prefill(int slot, std::span<const std::int32_t> tokens, std::
 }
 
 void cuda_forward::decode(std::span<const int> slots, std::span<const std::int32_t> tokens, std::span<float> logits) {
-  auto& s = *impl_;
-  const std::int64_t b = std::int64_t(slots.size());
-  if (b < 1 || b > s.opt.max_batch || tokens.size() != slots.size())
-    throw std::invalid_argument("cuda_forward::decode: " + std::to_string(slots.size()) + " slots and " +
-                                std::to_string(tokens.size()) + " tokens; expected 1.." +
-                                std::to_string(s.opt.max_batch) + " of each");
-  std::vector<bool> seen(std::size_t(s.opt.max_batch), false);
-  for (std::size_t i = 0; i < slots.size(); ++i) {
-    s.check_slot(slots[i]);
-    if (seen[std::size_t(slots[i])])
-      throw std::invalid_argument("cuda_forward::decode: slot " + std::to_string(slots[i]) + " listed twice");
-    seen[std::size_t(slots[i])] = true;
-    s.check_token(tokens[i], i);
-    if (s.lengths[std::size_t(slots[i])] >= s.opt.max_context)
-      throw std::invalid_argument("cuda_forward::decode: slot " + std::to_string(slots[i]) + " is full (" +
-                                  std::to_string(s.opt.max_context) + " tokens)");
-  }
-  if (!logits.empty() && std::int64_t(logits.size()) < b * s.c.vocab_size)
-    throw std::invalid_argument("cuda_forward::decode: logits must hold batch * vocab_size floats");
-  s.st.synchronize();  // the pinned mirror may still feed the previous copy
-  for (std::int64_t i = 0; i < b; ++i) {
-    const std::size_t slot = std::size_t(slots[std::size_t(i)]);
-    const std::int64_t pos = s.lengths[slot];
-    s.host_ints(0)[i] = tokens[std::size_t(i)];
-    s.host_ints(1)[i] = std::int32_t(slot);
-    s.host_ints(2)[i] = std::int32_t(pos);
-    s.host_ints(3)[i] = std::int32_t(pos + 1);
-    if (s.quant) {
-      const std::int64_t G = s.shape->layout.group, nq = s.quantized_len[slot];
-      const std::int64_t f = groups_due(pos - nq, s.shape->flush_at, G);
-      if (f > 1 || pos - nq - f * G + 1 > s.shape->win_cap)  // cuda_packed_kv.hpp: cannot happen
-        throw std::logic_error("cuda_forward::decode: slot " + std::to_string(slot) + " holds a window of " +
-                               std::to_string(pos - nq) + " tokens, more than one flush can make room for");
-      s.set_quant_row(i, nq + f * G, nq / G, f);
-      s.quantized_len[slot] = nq + f * G;
-    }
-  }
-  s.upload_ints();
-  const int key = int(b) * 32 + (s.quant ? s.read_bits : 0);
-  auto g = s.graphs.find(key);
-  if (g != s.graphs.end()) {
-    g->second.launch(s.st.get());
-    s.last_rows = b;
-  } else if (!s.opt.use_graphs || s.eager_runs[key] < 1) {
-    // The first step of each batch size runs eagerly: kernels configure
-    // their shared-memory limits and cuBLAS picks its algorithms outside a
-    // capture.
-    s.layers(b, -1, 0, b);
-    ++s.eager_runs[key];
-  } else {
-    kc::graph::begin_capture(s.st.get());
-    try {
-      s.layers(b, -1, 0, b);
-    } catch (...) {
-      try {
-        kc::graph::end_capture(s.st.get());
-      } catch (...) {
-      }
-      throw;
-    }
-    auto captured = kc::graph::end_capture(s.st.get());
-    captured.launch(s.st.get());
-    s.graphs.emplace(key, std::move(captured));
-  }
-  for (std::int64_t i = 0; i < b; ++i) ++s.lengths[std::size_t(slots[std::size_t(i)])];
-  if (!logits.empty()) {
-    kc::copy_to_host(logits.data(), s.logits.data(), std::size_t(b * s.c.vocab_size) * 4, s.st.get());
-    s.st.synchronize();
-  }
+  impl_->step("decode", slots, 1, tokens, logits);
+}
+
+void cuda_forward::extend(std::span<const int> slots, std::int64_t n, std::span<const std::int32_t> tokens,
+                          std::span<float> logits) {
+  impl_->step("extend", slots, n, tokens, logits);
 }
 
 void cuda_forward::select(const sampling_params& p, std::uint64_t counter, std::span<std::int32_t> out) {

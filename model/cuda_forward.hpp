@@ -43,6 +43,18 @@ class cuda_model {
   static std::size_t weight_bytes(const model_config& config);
   std::size_t weight_bytes() const { return weight_bytes(config()); }
 
+  // QuantSpec's draft (model/draft_weights.hpp, on the device): 4-bit copies
+  // of every projection, quantized on the GPU from the bf16 weights with the
+  // format of kernels/int4_linear.hpp (group-wise asymmetric RTN), beside
+  // them. Embedding, norms and lm_head stay shared. Once per model; throws
+  // std::invalid_argument when the group is not a positive multiple of 32 or
+  // a projection's input size is not a multiple of 32 (the int4 GEMV's).
+  void make_draft(std::int64_t group = 128);
+  bool has_draft() const;
+  // Device bytes of the draft's copies (0 before make_draft); the same as
+  // model/draft_weights.hpp's draft_bytes() for the shape.
+  std::size_t draft_bytes() const;
+
   struct impl;
   const impl& get() const { return *impl_; }
 
@@ -83,6 +95,9 @@ struct cuda_forward_options {
   // staging area of kv_staging_tokens positions (-1: max_context; 0: none,
   // then such prefills are refused).
   std::int64_t kv_max_append = 16;
+  // Rows per slot that extend() may run (the logits and scratch hold
+  // max_batch * max_step_tokens rows).
+  std::int64_t max_step_tokens = 1;
   std::int64_t kv_staging_tokens = -1;
   int packed_stages = 0;  // cp.async stages of the packed attention: 2, 3 or 4; 0: per format
 };
@@ -110,6 +125,10 @@ class cuda_forward {
   // bits. Each read has its own decode graphs.
   void set_kv_read(int bits);
   int kv_read() const;
+  // Multiply by the draft's 4-bit projections (true) or the 16-bit ones from
+  // the next forward on. std::logic_error when the model has no draft.
+  void set_draft_weights(bool draft);
+  bool draft_weights() const;
 
   // Runs `tokens` for `slot` at positions length(slot) .. +n-1 in chunks of
   // prefill_chunk, appending their K/V. The last token's logits stay on the
@@ -123,8 +142,19 @@ class cuda_forward {
   void decode(std::span<const int> slots, std::span<const std::int32_t> tokens,
               std::span<float> logits = {});
 
+  // `n` tokens per slot (tokens[i * n + j] for slots[i], distinct) at
+  // positions length(slot) .. + n - 1, appended, with the logits of every
+  // row ([batch * n, vocab], row i * n + j) kept on the device and copied to
+  // `logits` when non-empty: QuantSpec's verify of gamma + 1 tokens. With a
+  // quantized cache, the n rows of a slot share each load of its codes in
+  // the attention (packed_attention_args::block_first). n at most
+  // max_step_tokens (and kv_max_append when quantized). Captured as a CUDA
+  // graph per (batch, n, read, weights), as decode().
+  void extend(std::span<const int> slots, std::int64_t n, std::span<const std::int32_t> tokens,
+              std::span<float> logits = {});
+
   // Picks one token per row of the last forward's logits on the device (one
-  // row after prefill, `batch` rows after decode): argmax at temperature 0,
+  // row after prefill, `batch` rows after decode, batch * n after extend): argmax at temperature 0,
   // else kernels::cuda::sample_rows with draw counter `counter`.
   void select(const sampling_params& params, std::uint64_t counter, std::span<std::int32_t> out);
 

@@ -9,6 +9,8 @@
 
 #include "kernels/cuda/device.hpp"
 #include "kernels/cuda/elementwise.hpp"
+#include "kernels/cuda/int4_quantize.hpp"
+#include "kernels/int4_linear.hpp"
 #include "model/cuda_model_impl.hpp"
 #endif
 
@@ -38,6 +40,9 @@ namespace {
 
 cuda_model::cuda_model() = default;
 cuda_model::cuda_model(const model_config&, const model_weights&, int) { no_cuda(); }
+void cuda_model::make_draft(std::int64_t) { no_cuda(); }
+bool cuda_model::has_draft() const { return false; }
+std::size_t cuda_model::draft_bytes() const { return 0; }
 cuda_model cuda_model::random(const model_config&, std::uint64_t, int, float) { no_cuda(); }
 cuda_model::~cuda_model() = default;
 cuda_model::cuda_model(cuda_model&&) noexcept = default;
@@ -217,6 +222,60 @@ cuda_model cuda_model::random(const model_config& config, std::uint64_t seed, in
   }
   st.synchronize();
   return m;
+}
+
+void cuda_model::make_draft(std::int64_t group) {
+  auto& m = *impl_;
+  if (m.draft_group != 0)
+    throw std::logic_error("cuda_model::make_draft: the draft exists (group " + std::to_string(m.draft_group) + ")");
+  if (group <= 0 || group % 32 != 0)
+    throw std::invalid_argument("cuda_model::make_draft: group " + std::to_string(group) +
+                                " is not a positive multiple of 32 (the int4 GEMV's lanes take 32 codes of one group)");
+  const model_config& c = m.config;
+  for (const std::int64_t k : {c.hidden_size, c.q_dim(), c.intermediate_size})
+    if (k % 32 != 0)
+      throw std::invalid_argument("cuda_model::make_draft: a projection's input size " + std::to_string(k) +
+                                  " is not a multiple of 32");
+  kc::set_device(m.device);
+  kc::stream st;
+  auto quantize = [&](const buffer& w, std::int64_t out, std::int64_t in, cuda_int4& q) {
+    q.out = out;
+    q.in = in;
+    q.group = group;
+    q.code_stride = kernels::cpu::int4_code_stride(in);
+    const std::int64_t groups = (in + group - 1) / group;
+    q.codes = buffer(*m.alloc, std::size_t(out * q.code_stride));
+    q.scale = buffer(*m.alloc, std::size_t(out * groups) * 2);
+    q.zero = buffer(*m.alloc, std::size_t(out * groups) * 2);
+    kc::int4_quantize_args a;
+    a.w = w.as<std::uint16_t>();
+    a.ldw = in;
+    a.codes = q.codes.as<std::uint8_t>();
+    a.code_stride = q.code_stride;
+    a.scale = q.scale.as<std::uint16_t>();
+    a.zero = q.zero.as<std::uint16_t>();
+    a.out = out;
+    a.in = in;
+    a.group = group;
+    kc::int4_quantize(a, st.get());
+  };
+  const std::int64_t h = c.hidden_size, inter = c.intermediate_size;
+  for (auto& l : m.layers) {
+    quantize(l.wqkv, c.q_dim() + 2 * c.kv_dim(), h, l.wqkv_q);
+    quantize(l.wo, h, c.q_dim(), l.wo_q);
+    quantize(l.wgu, 2 * inter, h, l.wgu_q);
+    quantize(l.wdown, h, inter, l.wdown_q);
+  }
+  st.synchronize();
+  m.draft_group = group;
+}
+
+bool cuda_model::has_draft() const { return impl_->draft_group != 0; }
+
+std::size_t cuda_model::draft_bytes() const {
+  std::size_t n = 0;
+  for (const auto& l : impl_->layers) n += l.wqkv_q.bytes() + l.wo_q.bytes() + l.wgu_q.bytes() + l.wdown_q.bytes();
+  return n;
 }
 
 cuda_model::~cuda_model() = default;

@@ -11,6 +11,14 @@
 
 namespace specpipe {
 
+// A 4-bit copy of one projection (kernels/int4_linear.hpp's format) for
+// QuantSpec's draft: codes [out][code_stride], f16 scale and zero [out][groups].
+struct cuda_int4 {
+  buffer codes, scale, zero;
+  std::int64_t out = 0, in = 0, group = 0, code_stride = 0;
+  std::size_t bytes() const { return codes.size() + scale.size() + zero.size(); }
+};
+
 struct cuda_layer {
   buffer attn_norm;  // f32 [hidden]
   buffer wqkv;       // bf16 [q_dim + 2 kv_dim, hidden]: wq, wk, wv rows stacked
@@ -18,6 +26,8 @@ struct cuda_layer {
   buffer mlp_norm;   // f32 [hidden]
   buffer wgu;        // bf16 [2 intermediate, hidden]: w_gate rows, then w_up rows
   buffer wdown;      // bf16 [hidden, intermediate]
+  // The draft's copies (cuda_model::make_draft), empty until made.
+  cuda_int4 wqkv_q, wo_q, wgu_q, wdown_q;
 };
 
 struct cuda_model::impl {
@@ -29,6 +39,7 @@ struct cuda_model::impl {
   buffer lm_head;     // bf16 [vocab, hidden]; empty when tied to the embedding
   buffer inv_freq;    // f32 [head_dim / 2]
   std::vector<cuda_layer> layers;
+  std::int64_t draft_group = 0;  // 0: no draft weights
 
   const std::uint16_t* lm_head_ptr() const {
     return lm_head.data() ? lm_head.as<std::uint16_t>() : embed.as<std::uint16_t>();

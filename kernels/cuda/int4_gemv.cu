@@ -140,6 +140,139 @@ __global__ void __launch_bounds__(int4_threads)
     }
 }
 
+// ---- v2: the tensor-core GEMV (group and k multiples of 128) -------------
+//
+// v1 above spends about 10 instructions per weight (nibble to f32, one FMA
+// per input row, the x sums) and ran at ~0.6-1.3 TB/s on the H200/H100: a
+// compute-bound kernel, so the draft's projections took longer than their
+// bytes. v2 hands the products to mma.m16n8k16 (bf16 in, f32 accumulate):
+//  * A = the codes of 16 weight rows as bf16 128 + q: (w >> 4i) & 0x000F000F
+//    | 0x43004300 puts two nibbles into a bf16x2 whose values are exactly
+//    128 + q (bf16 holds integers to 256), one shift and one lop3 per pair;
+//  * B = up to 8 rows of x, bf16 as stored (no conversion);
+//  * the k order inside an MMA is free as long as A and B agree: lane (g, t)
+//    owns the 32 consecutive columns 32t .. 32t + 31 of each 128-column chunk
+//    in rows g and g + 8 (two 16-byte loads) and feeds them as pairs (c, c+4)
+//    of each 8-column word; x gets the same pairing with byte permutes;
+//  * a second MMA with A = ones gives each chunk's sum of x, so that
+//    sum x (z + s q) = s T + (z - 128 s) sum x, with T the offset product.
+// Products of bf16 are exact in f32 and the offset's 128 sum x is removed in
+// f32 (its rounding is ~2^-24 * 128 * sum |x|, far below bf16 outputs).
+// A block = 16 rows x 8 warps, the warps taking interleaved chunks of k (two
+// per iteration, 2 KB of codes in flight per warp), merged in shared memory.
+constexpr int mma_warps = 8;
+constexpr int mma_chunk = 128;  // columns per chunk: 4 lanes x 32
+
+__device__ __forceinline__ void mma_bf16(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                         unsigned b0, unsigned b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Pair p (0..3) of an 8-nibble word as bf16x2 (128 + q_c, 128 + q_{c+4}),
+// c = p: nibbles p and p + 4 sit at bits 4p and 4p + 16.
+__device__ __forceinline__ unsigned offset_pair(unsigned word, int p) {
+  return ((word >> (4 * p)) & 0x000F000Fu) | 0x43004300u;
+}
+
+template <bool OutF32>
+__global__ void __launch_bounds__(32 * mma_warps)
+    int4_gemv_mma_kernel(const bf16* __restrict__ x, std::int64_t ldx, const std::uint8_t* __restrict__ codes,
+                         std::int64_t code_stride, const unsigned short* __restrict__ scale,
+                         const unsigned short* __restrict__ zero, std::int64_t group, std::int64_t groups,
+                         void* __restrict__ y, std::int64_t ldy, bool accumulate, int m, std::int64_t n,
+                         std::int64_t k) {
+  __shared__ float part_s[mma_warps][16][8];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const std::int64_t row0 = std::int64_t(blockIdx.x) * 16;
+  const std::int64_t ra = min(row0 + g, n - 1), rb = min(row0 + g + 8, n - 1);
+  const std::uint8_t* ca = codes + ra * code_stride;
+  const std::uint8_t* cb = codes + rb * code_stride;
+  const bool has_x = g < m;
+  const bf16* xr = x + std::int64_t(has_x ? g : 0) * ldx;
+  const std::int64_t chunks = k / mma_chunk;
+  constexpr unsigned ones = 0x3F803F80u;  // bf16x2 (1, 1)
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+
+  for (std::int64_t c0 = warp; c0 < chunks; c0 += 2 * mma_warps) {
+    uint4 wa[2], wb[2], xv[2][4];
+    float sa[2], za[2], sb[2], zb[2];
+    bool live[2];
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      const std::int64_t ch = c0 + std::int64_t(u) * mma_warps;
+      live[u] = ch < chunks;
+      const std::int64_t col = (live[u] ? ch : c0) * mma_chunk + 32 * t;
+      wa[u] = __ldcs(reinterpret_cast<const uint4*>(ca + col / 2));
+      wb[u] = __ldcs(reinterpret_cast<const uint4*>(cb + col / 2));
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        xv[u][i] = has_x ? __ldg(reinterpret_cast<const uint4*>(xr + col + 8 * i)) : make_uint4(0, 0, 0, 0);
+      const std::int64_t gi = (col - 32 * t) / group;
+      sa[u] = __half2float(__ushort_as_half(__ldg(scale + ra * groups + gi)));
+      za[u] = __half2float(__ushort_as_half(__ldg(zero + ra * groups + gi)));
+      sb[u] = __half2float(__ushort_as_half(__ldg(scale + rb * groups + gi)));
+      zb[u] = __half2float(__ushort_as_half(__ldg(zero + rb * groups + gi)));
+    }
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      if (!live[u]) break;
+      float tt[4] = {0.f, 0.f, 0.f, 0.f}, sx[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const unsigned a = word_of(wa[u], i), b = word_of(wb[u], i);
+        const uint4 xw = xv[u][i];  // columns 8i .. 8i + 7 of the lane's 32, two bf16 per word
+        // x pairs (c, c + 4) to match offset_pair: low halves of (x.x, x.z) = columns 0, 4; ...
+        const unsigned x0 = __byte_perm(xw.x, xw.z, 0x5410), x1 = __byte_perm(xw.x, xw.z, 0x7632);
+        const unsigned x2 = __byte_perm(xw.y, xw.w, 0x5410), x3 = __byte_perm(xw.y, xw.w, 0x7632);
+        mma_bf16(tt, offset_pair(a, 0), offset_pair(b, 0), offset_pair(a, 1), offset_pair(b, 1), x0, x1);
+        mma_bf16(tt, offset_pair(a, 2), offset_pair(b, 2), offset_pair(a, 3), offset_pair(b, 3), x2, x3);
+        mma_bf16(sx, ones, ones, ones, ones, x0, x1);
+        mma_bf16(sx, ones, ones, ones, ones, x2, x3);
+      }
+      // C rows g (weights ra) and g + 8 (rb), columns 2t and 2t + 1 (x rows).
+      acc[0] += sa[u] * tt[0] + (za[u] - 128.f * sa[u]) * sx[0];
+      acc[1] += sa[u] * tt[1] + (za[u] - 128.f * sa[u]) * sx[1];
+      acc[2] += sb[u] * tt[2] + (zb[u] - 128.f * sb[u]) * sx[2];
+      acc[3] += sb[u] * tt[3] + (zb[u] - 128.f * sb[u]) * sx[3];
+    }
+  }
+  part_s[warp][g][2 * t] = acc[0];
+  part_s[warp][g][2 * t + 1] = acc[1];
+  part_s[warp][g + 8][2 * t] = acc[2];
+  part_s[warp][g + 8][2 * t + 1] = acc[3];
+  __syncthreads();
+  if (threadIdx.x < 128) {
+    const int r = threadIdx.x >> 3, i = threadIdx.x & 7;
+    float v = 0.f;
+#pragma unroll
+    for (int w = 0; w < mma_warps; ++w) v += part_s[w][r][i];
+    const std::int64_t row = row0 + r;
+    if (i < m && row < n) {
+      if constexpr (OutF32) {
+        float* yp = static_cast<float*>(y) + i * ldy + row;
+        *yp = accumulate ? *yp + v : v;
+      } else {
+        static_cast<bf16*>(y)[i * ldy + row] = __float2bfloat16(v);
+      }
+    }
+  }
+}
+
+template <bool OutF32>
+void launch_mma(const int4_gemv_args& a, cudaStream_t s) {
+  const dim3 grid(unsigned((a.n + 15) / 16));
+  const std::int64_t groups = (a.k + a.group - 1) / a.group;
+  int4_gemv_mma_kernel<OutF32><<<grid, 32 * mma_warps, 0, s>>>(
+      reinterpret_cast<const bf16*>(a.x), a.ldx, a.codes, a.code_stride,
+      reinterpret_cast<const unsigned short*>(a.scale), reinterpret_cast<const unsigned short*>(a.zero), a.group,
+      groups, a.y, a.ldy, a.accumulate, int(a.m), a.n, a.k);
+  CUDA_CHECK_LAUNCH();
+}
+
 template <int M, bool OutF32>
 void launch(const int4_gemv_args& a, cudaStream_t s) {
   const std::int64_t rows_per_block = std::int64_t(int4_warps) * int4_rows_per_warp;
@@ -182,6 +315,11 @@ void int4_gemv(const int4_gemv_args& a, stream_t s) {
                                 std::to_string(a.m) + " k=" + std::to_string(a.k) + " group=" +
                                 std::to_string(a.group) + " code_stride=" + std::to_string(a.code_stride) +
                                 " ldx=" + std::to_string(a.ldx));
+  if (a.version != 1 && a.k % mma_chunk == 0 && a.group % mma_chunk == 0) {
+    if (a.out == gemm_out::f32) launch_mma<true>(a, as_stream(s));
+    else launch_mma<false>(a, as_stream(s));
+    return;
+  }
   if (a.out == gemm_out::f32) launch_m<true>(a, as_stream(s));
   else launch_m<false>(a, as_stream(s));
 }

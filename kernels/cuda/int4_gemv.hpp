@@ -24,6 +24,9 @@ struct int4_gemv_args {
   gemm_out out = gemm_out::bf16;
   bool accumulate = false;
   std::int64_t m = 0, n = 0, k = 0;
+  // 2 (default): the tensor-core kernel where k and group are multiples of
+  // 128, else v1; 1: always v1 (CUDA-core FMAs), for the bench's comparison.
+  int version = 2;
 };
 
 constexpr std::int64_t int4_gemv_max_rows = 8;
@@ -34,10 +37,12 @@ constexpr std::int64_t int4_gemv_max_rows = 8;
 // 16-byte aligned.
 bool int4_gemv_supported(const int4_gemv_args& a);
 
-// Each warp streams two rows of codes with 16-byte loads (32 codes per lane,
-// four loads per row in flight), unpacks the nibbles once and serves all m
-// inputs from them: y += z * sum(x) + s * sum(x * q) per group. Launches on
-// `s`, allocates nothing; throws std::invalid_argument when unsupported.
+// v1: each warp streams two rows of codes with 16-byte loads (32 codes per
+// lane, four loads per row in flight), unpacks the nibbles once and serves
+// all m inputs from them: y += z * sum(x) + s * sum(x * q) per group. v2
+// (k and group multiples of 128): the products on the tensor cores, see
+// int4_gemv.cu. Launches on `s`, allocates nothing; throws
+// std::invalid_argument when unsupported.
 void int4_gemv(const int4_gemv_args& a, stream_t s);
 
 }  // namespace specpipe::kernels::cuda

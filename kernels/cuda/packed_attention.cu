@@ -193,7 +193,7 @@ __global__ void __launch_bounds__(threads, 4) packed_attention_kernel(packed_att
   constexpr int LOG2H = NT == 1 ? 2 : 3;
   extern __shared__ __align__(16) unsigned char smem[];
 
-  const int split = blockIdx.x, kh = blockIdx.y, e = blockIdx.z;
+  const int split = blockIdx.x, kh = blockIdx.y;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
   const packed_cache_view& c = a.cache;
@@ -201,8 +201,22 @@ __global__ void __launch_bounds__(threads, 4) packed_attention_kernel(packed_att
   const int G = 1 << sh.log2_group;
   const int S = sh.stages;
 
+  // The block's query rows: entry e alone, or entries e .. e + nqry - 1 of
+  // one sequence (packed_attention_args::block_first). Column h of the
+  // block is query head h % gq of entry e + h / gq; ncols of them are real.
+  const bool multi = a.block_first != nullptr;
+  const int e = multi ? a.block_first[blockIdx.z] : int(blockIdx.z);
+  const int nqry = multi ? a.block_count[blockIdx.z] : 1;
+  const int ncols = nqry * gq;
+  auto col_bh = [&](int h) {
+    const int qi = h / gq;
+    return std::int64_t(e + qi) * a.n_heads + std::int64_t(kh) * gq + (h - qi * gq);
+  };
+  __shared__ int clen_s[HEADS];  // positions each column attends (0: not a real column)
+  if (tid < HEADS) clen_s[tid] = tid < ncols ? a.entry_len[e + tid / gq] : 0;
+
   const int slot = a.entry_slot[e];
-  const int len = a.entry_len[e];
+  const int len = a.entry_len[e + nqry - 1];  // the longest row sets the tiles
   const int nq = min(a.entry_quant[e], len);  // packed positions attended
   const int ptiles = (nq + tile_tokens - 1) / tile_tokens;
   const int tiles = ptiles + (len - nq + tile_tokens - 1) / tile_tokens;
@@ -213,11 +227,10 @@ __global__ void __launch_bounds__(threads, 4) packed_attention_kernel(packed_att
 
   float* part_o = a.partial;
   float* part_ml = a.partial + std::int64_t(a.entries) * a.n_heads * a.splits * D;
-  const std::int64_t bh0 = std::int64_t(e) * a.n_heads + std::int64_t(kh) * gq;
   if (first >= last) {
-    if (tid < gq) {
-      part_ml[((bh0 + tid) * a.splits + split) * 2 + 0] = -INFINITY;
-      part_ml[((bh0 + tid) * a.splits + split) * 2 + 1] = 0.f;
+    if (tid < ncols) {
+      part_ml[(col_bh(tid) * a.splits + split) * 2 + 0] = -INFINITY;
+      part_ml[(col_bh(tid) * a.splits + split) * 2 + 1] = 0.f;
     }
     return;
   }
@@ -299,10 +312,13 @@ __global__ void __launch_bounds__(threads, 4) packed_attention_kernel(packed_att
   float* ml_s = reinterpret_cast<float*>(smem + sh.off_ml);  // [warps][HEADS][2]
 
   {
-    const bf16* qrow = reinterpret_cast<const bf16*>(a.q) + std::int64_t(e) * a.ld_q + std::int64_t(kh) * gq * D;
     const float qscale = a.scale * log2e;
-    for (int i = tid; i < HEADS * D; i += threads)
-      q_s[i] = i < gq * D ? __bfloat162float(qrow[i]) * qscale : 0.f;
+    for (int i = tid; i < HEADS * D; i += threads) {
+      const int h = i / D, qi = h / gq;
+      const bf16* qrow = reinterpret_cast<const bf16*>(a.q) + std::int64_t(e + qi) * a.ld_q +
+                         (std::int64_t(kh) * gq + (h - qi * gq)) * D;
+      q_s[i] = h < ncols ? __bfloat162float(qrow[i - h * D]) * qscale : 0.f;
+    }
     for (int i = lane; i < HEADS * gcap * 32; i += 32) zz_s[i] = 0.f;
   }
 
@@ -467,13 +483,15 @@ __global__ void __launch_bounds__(threads, 4) packed_attention_kernel(packed_att
           }
         }
       }
-      // Masks: positions past the slice's valid ones, heads past the group.
+      // Masks: positions past the slice's valid ones, columns that are no
+      // query, and positions past a column's own length (multi-query rows).
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-        for (int i = 0; i < 4; ++i)
-          if (frag::run_index(B, g, i >> 1, j_lane) >= sv || nt * 4 + frag::head_in_tile(t, i) >= gq)
-            s[nt][i] = -INFINITY;
+        for (int i = 0; i < 4; ++i) {
+          const int tau = frag::run_index(B, g, i >> 1, j_lane);
+          if (tau >= sv || ps + tau >= clen_s[nt * 4 + frag::head_in_tile(t, i)]) s[nt][i] = -INFINITY;
+        }
 
       // Replaced positions of this slice: exact scores from their rows.
       int nrep = 0;
@@ -518,7 +536,7 @@ __global__ void __launch_bounds__(threads, 4) packed_attention_kernel(packed_att
 #pragma unroll
             for (int k = 0; k < 4; ++k) {
               const int h = nt * 4 + frag::head_in_tile(t, k);
-              if (frag::run_index(B, g, k >> 1, j_lane) == tau && h < gq) s[nt][k] = reps_s[i * HEADS + h];
+              if (frag::run_index(B, g, k >> 1, j_lane) == tau && h < ncols) s[nt][k] = reps_s[i * HEADS + h];
             }
         }
       }
@@ -530,7 +548,7 @@ __global__ void __launch_bounds__(threads, 4) packed_attention_kernel(packed_att
           for (int i = 0; i < 4; ++i) {
             const int h = nt * 4 + frag::head_in_tile(t, i);
             const int tau = frag::run_index(B, g, i >> 1, j_lane);
-            if (tau < sv && h < gq) score_row[std::int64_t(h) * a.scores_stride + ps + tau] = s[nt][i];
+            if (tau < sv && h < ncols) score_row[std::int64_t(h) * a.scores_stride + ps + tau] = s[nt][i];
           }
       }
 
@@ -663,7 +681,7 @@ __global__ void __launch_bounds__(threads, 4) packed_attention_kernel(packed_att
 #pragma unroll
           for (int e2 = 0; e2 < 2; ++e2) {
             const int h = nt * 4 + 2 * (t & 1) + e2;
-            const float p = h < gq && m_run[nt][e2] != -INFINITY ? exp2f(reps_s[i * HEADS + h] - m_run[nt][e2]) : 0.f;
+            const float p = h < ncols && m_run[nt][e2] != -INFINITY ? exp2f(reps_s[i * HEADS + h] - m_run[nt][e2]) : 0.f;
 #pragma unroll
             for (int cb = 0; cb < CB; ++cb)
 #pragma unroll
@@ -722,7 +740,7 @@ __global__ void __launch_bounds__(threads, 4) packed_attention_kernel(packed_att
       }
   }
   __syncthreads();
-  for (int idx = tid; idx < gq * D; idx += threads) {
+  for (int idx = tid; idx < ncols * D; idx += threads) {
     const int h = idx / D, ch = idx - h * D;
     float m = -INFINITY;
 #pragma unroll
@@ -738,10 +756,11 @@ __global__ void __launch_bounds__(threads, 4) packed_attention_kernel(packed_att
         den = fmaf(wt, l, den);
       }
     }
-    part_o[((bh0 + h) * a.splits + split) * D + ch] = num / den;
+    const std::int64_t bh = col_bh(h);
+    part_o[(bh * a.splits + split) * D + ch] = num / den;
     if (ch == 0) {
-      part_ml[((bh0 + h) * a.splits + split) * 2 + 0] = m;
-      part_ml[((bh0 + h) * a.splits + split) * 2 + 1] = den;
+      part_ml[(bh * a.splits + split) * 2 + 0] = m;
+      part_ml[(bh * a.splits + split) * 2 + 1] = den;
     }
   }
 }
@@ -902,13 +921,21 @@ kernel_fn prepare(const packed_attention_args& a, launch_shape& sh) {
   if (a.rows.positions && (!a.rows.count || !a.rows.k || !a.rows.v || a.rows.stride < 1))
     fail("replaced rows need counts, K/V rows and a positive stride");
   if (a.scores && (!a.entry_scores_row || a.scores_stride < 1)) fail("scores need entry rows and a stride");
+  if (a.block_first) {
+    if (!a.block_count || a.blocks < 1) fail("multi-query blocks need block_count and blocks >= 1");
+    if (a.max_queries < 1 || a.max_queries * gq > 8)
+      fail("max_queries " + std::to_string(a.max_queries) + " times the GQA group " + std::to_string(gq) +
+           " exceeds the 8 query columns of a block");
+    if (a.rows.positions || a.scores) fail("multi-query blocks cannot take replaced rows or scores");
+  }
   sh.gq = gq;
   sh.log2_group = log2_of(c.group);
   sh.log2_vgroup32 = log2_of(c.value_group() / 32);
   sh.ngroups = c.value_groups();
   sh.gcap = a.lean_smem ? sh.ngroups : d / 32;
   sh.stages = a.stages;
-  const int nt = gq > 4 ? 2 : 1, heads = 4 * nt, km = d / 8, gcap = sh.gcap;
+  const int cols = a.block_first ? gq * a.max_queries : gq;
+  const int nt = cols > 4 ? 2 : 1, heads = 4 * nt, km = d / 8, gcap = sh.gcap;
   // Replaced-row arrays: always in v2's carve-up, only with rows when lean.
   const int rep_warps = a.lean_smem && !a.rows.positions ? 0 : warps;
   const int plane = tile_tokens * d * c.bits / 8;
@@ -984,6 +1011,12 @@ int packed_attention_splits(int entries, int n_kv_heads, std::int64_t tiles, int
   tiles = std::max<std::int64_t>(1, tiles);
   const std::int64_t pairs = std::int64_t(entries) * n_kv_heads;
   const std::int64_t slots = std::int64_t(std::max(sm_count, 1)) * std::max(blocks_per_sm, 1);
+  // Few (entry, head) pairs, e.g. one sequence at 8k: runs of min_split_tiles
+  // would leave most SMs idle (llama2-7b, batch 1, 8k: 4 splits x 32 pairs =
+  // 128 blocks for 264 slots). Relax the minimum, down to v2's 2 tiles, to
+  // what one wave of slots needs.
+  min_split_tiles = int(std::max<std::int64_t>(
+      2, std::min<std::int64_t>(min_split_tiles, tiles * pairs / std::max<std::int64_t>(1, slots))));
   const int cap = int(std::max<std::int64_t>(
       1, std::min<std::int64_t>(max_splits, tiles / std::max<std::int64_t>(1, min_split_tiles))));
   int best = 1;
@@ -1021,7 +1054,7 @@ void packed_attention(const packed_attention_args& in, stream_t s) {
   if (a.ld_out == 0) a.ld_out = std::int64_t(a.n_heads) * a.cache.head_dim;
   launch_shape sh;
   const kernel_fn k = prepare(a, sh);
-  const dim3 grid(unsigned(a.splits), unsigned(a.cache.n_kv_heads), unsigned(a.entries));
+  const dim3 grid(unsigned(a.splits), unsigned(a.cache.n_kv_heads), unsigned(a.block_first ? a.blocks : a.entries));
   k<<<grid, threads, std::size_t(sh.smem), as_stream(s)>>>(a, sh);
   CUDA_CHECK_LAUNCH();
   const dim3 cgrid(unsigned(a.n_heads), unsigned(a.entries));

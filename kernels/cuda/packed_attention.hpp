@@ -94,6 +94,18 @@ struct packed_attention_args {
   const std::int32_t* entry_quant = nullptr;
   const std::int32_t* entry_len = nullptr;
   replaced_rows rows;  // positions == null: none
+  // Several query rows of one sequence per block (QuantSpec's verify, a
+  // multi-token step): block b takes entries block_first[b] ..
+  // + block_count[b] - 1, which must share slot and packed length and attend
+  // ascending lengths (causal rows at consecutive positions). Their
+  // count * GQA group query heads share every code load, so a verify of n
+  // tokens reads the cache once instead of n times. At most max_queries
+  // entries per block, with max_queries * (n_heads / n_kv_heads) <= 8. Null:
+  // one entry per block. Not with replaced rows or scores.
+  const std::int32_t* block_first = nullptr;  // [blocks], device
+  const std::int32_t* block_count = nullptr;  // [blocks], device
+  int blocks = 0;
+  int max_queries = 1;
   // Raw scores (log2 domain, the softmax's input) of chosen entries:
   // scores[(r * n_heads + h) * scores_stride + p] for p < len, where r =
   // entry_scores_row[e] (device; -1: not written). packed_attention_probs
@@ -133,7 +145,8 @@ std::int64_t packed_attention_tiles(std::int64_t n_quant, std::int64_t len);
 
 // Split count that fills the machine (the rule of decode_attention_splits):
 // most busy block slots over the waves the grid takes, fewest splits among
-// equals, each split at least min_split_tiles tiles (v2: 2), at most
+// equals, each split at least min_split_tiles tiles (v2: 2; relaxed down to
+// 2 where the pairs x runs of that length would not fill one wave), at most
 // max_splits. `tiles` is the tile count of the longest entry
 // (packed_attention_tiles). Each block pays a fixed prologue (q, pipeline
 // fill) and epilogue (warp merge, partial write) that a split of a few tiles
@@ -159,6 +172,8 @@ std::size_t packed_attention_smem_bytes(const packed_attention_args& a);
 // Validates (std::invalid_argument naming the field) and launches the split
 // kernel and the combine on stream s. Supports head_dim 64 and 128, GQA
 // groups 1, 2, 4 and 8, G 32, 64 and 128; every array and run 16-byte aligned.
+// The largest max_queries for a GQA group: 8 / group.
+inline int packed_attention_max_queries(int gqa_group) { return gqa_group >= 8 ? 1 : 8 / gqa_group; }
 void packed_attention(const packed_attention_args& a, stream_t s);
 
 // probs[(r * n_heads + h) * stride + p] = 2^(scores[...] - m) / l for p < len

@@ -59,6 +59,27 @@ TEST(CudaGenerateCli, QuantizedCachesRunOnTheDefaultModel) {
   }
 }
 
+// QuantSpec on the GPU: greedy text equals the target alone (INT8 KV,
+// 16-bit weights) for a short run, the counters and the draft's memory are
+// printed, and a long sampled run with an adaptive gamma completes.
+TEST(CudaGenerateCli, QuantSpecRunsOnTheDefaultModel) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device visible (or a build without CUDA)";
+  const auto q = run_specpipe("generate --device cuda --kv quantspec --gamma 4 --prompt '" + prompt +
+                              "' -n 16 --temperature 0");
+  const auto t = run_specpipe("generate --device cuda --kv hier --kv-bits 8 --group 128 --prompt '" + prompt +
+                              "' -n 16 --temperature 0");
+  ASSERT_EQ(q.exit_code, 0) << q.err;
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  EXPECT_EQ(q.out, t.out);
+  EXPECT_THAT(q.err, HasSubstr("quantspec G=128 gamma 4"));
+  EXPECT_THAT(q.err, HasSubstr("accepted"));
+  EXPECT_THAT(q.err, HasSubstr("on the GPU"));
+  const auto s = run_specpipe("generate --device cuda --kv quantspec --gamma auto --prompt '" + prompt +
+                              "' -n 300 --ignore-eos --temperature 0.8 --seed 3");
+  ASSERT_EQ(s.exit_code, 0) << s.err;
+  EXPECT_THAT(s.err, HasSubstr("tok/s"));
+}
+
 TEST(CudaGenerateCli, SpeCachesPrefetchIsRefusedOnTheGpuForNow) {
   const auto r = run_specpipe("generate --device cuda --kv specache --prompt hi -n 2");
   EXPECT_EQ(r.exit_code, 2) << r.err;
