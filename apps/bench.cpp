@@ -156,6 +156,7 @@ int bench_main(int argc, char** argv) {
     ("json", po::value(&json_path), "also write the results as JSON to this file")
     ("kernels", "time decode attention and the decode GEMV alone against their rooflines")
     ("gather-only", "with --kernels: only the sparse gather benchmarks (every path, row pattern and arena)")
+    ("gemv-only", "with --kernels: only the 4-bit weight GEMV of QuantSpec's draft, each version, llama shapes")
     ("no-graphs", "launch decode kernels one by one instead of replaying a CUDA graph")
     ("no-overlap", "launch the GEMVs normally instead of as programmatic dependents (PDL)")
     ("memory-only", "run nothing: KV bytes per token and per sequence of each --kv format against fp16")
@@ -190,6 +191,8 @@ int bench_main(int argc, char** argv) {
   o.kernels = vm.count("kernels") > 0;
   o.gather_only = vm.count("gather-only") > 0;
   if (o.gather_only && !o.kernels) throw usage_error("--gather-only: needs --kernels");
+  o.gemv_only = vm.count("gemv-only") > 0;
+  if (o.gemv_only && !o.kernels) throw usage_error("--gemv-only: needs --kernels");
   o.graphs = vm.count("no-graphs") == 0;
   o.overlap = vm.count("no-overlap") == 0;
   const auto switch_flag = [&](const char* on, const char* off) -> std::optional<bool> {

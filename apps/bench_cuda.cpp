@@ -292,6 +292,49 @@ void kernel_points(const bench_options& o, bench_report& r, const kc::device_pro
   }
 }
 
+// The draft's 4-bit GEMV, every version, on the projection shapes of
+// llama2-7b and llama3-8b (g = 128; the values do not matter for the time),
+// against the bytes it must read.
+void int4_gemv_points(const bench_options& o, bench_report& r) {
+  auto dev = make_device_allocator(0);
+  kc::stream st;
+  const std::int64_t shapes[][2] = {{12288, 4096}, {4096, 4096}, {22016, 4096}, {4096, 11008},
+                                    {6144, 4096},  {28672, 4096}, {4096, 14336}};
+  for (const auto& sh : shapes) {
+    const std::int64_t n = sh[0], kk = sh[1];
+    const std::int64_t stride = kernels::cpu::int4_code_stride(kk), groups = (kk + 127) / 128;
+    buffer codes(*dev, std::size_t(n * stride)), sz(*dev, std::size_t(2 * n * groups) * 2);
+    buffer x(*dev, std::size_t(8 * kk) * 2), y(*dev, std::size_t(8 * n) * 4);
+    kc::fill_uniform_bf16(codes.as<std::uint16_t>(), n * stride / 2, -1, 1, 9, st.get());
+    kc::fill_uniform_bf16(x.as<std::uint16_t>(), 8 * kk, -1, 1, 8, st.get());
+    kc::fill_bytes(sz.data(), 0x3c, sz.size(), st.get());
+    const double qb = double(kernels::cpu::int4_bytes(n, kk, 128));
+    for (const int version : {1, 2, 3})
+      for (const std::int64_t m : {1, 4}) {
+        kc::int4_gemv_args g;
+        g.version = version;
+        g.x = x.as<std::uint16_t>();
+        g.ldx = kk;
+        g.codes = codes.as<std::uint8_t>();
+        g.code_stride = stride;
+        g.scale = sz.as<std::uint16_t>();
+        g.zero = sz.as<std::uint16_t>() + n * groups;
+        g.group = 128;
+        g.y = y.data();
+        g.ldy = n;
+        g.out = kc::gemm_out::f32;
+        g.m = m;
+        g.n = n;
+        g.k = kk;
+        const auto t = time_events(st.get(), o.warmup, o.repeats, [&] { kc::int4_gemv(g, st.get()); });
+        r.points.push_back({"gemv", m, 0, false,
+                            "int4 gemv v" + std::to_string(version) + " " + std::to_string(n) + "x" +
+                                std::to_string(kk) + " g128, " + fixed(qb / (t.median * 1e-3) / 1e12, 2) + " TB/s",
+                            t.median, t.spread, 0, qb, qb / r.copy_bandwidth * 1e3, used_gib()});
+      }
+  }
+}
+
 // Decode attention over each quantized KV format against the bf16 kernel on
 // the same shape (64k context, batch 8, 32/8 heads, d=128), in the same run:
 // v1 and v2 per format, then v2's variants, SpeCache's mixed rows, the
@@ -369,6 +412,10 @@ bench_report run_cuda_bench(const bench_options& o) {
   r.copy_bandwidth = kc::measure_copy_bandwidth(std::size_t(2) << 30, 20);
   if (o.kernels && o.gather_only) {
     gather_points(r);
+    return r;
+  }
+  if (o.kernels && o.gemv_only) {
+    int4_gemv_points(o, r);
     return r;
   }
   if (o.kernels) {

@@ -158,10 +158,14 @@ __global__ void __launch_bounds__(int4_threads)
 //    sum x (z + s q) = s T + (z - 128 s) sum x, with T the offset product.
 // Products of bf16 are exact in f32 and the offset's 128 sum x is removed in
 // f32 (its rounding is ~2^-24 * 128 * sum |x|, far below bf16 outputs).
-// A block = 16 rows x 8 warps, the warps taking interleaved chunks of k (two
-// per iteration, 2 KB of codes in flight per warp), merged in shared memory.
+// A block = 16 rows x 8 warps, the warps taking interleaved chunks of k (four
+// per iteration, 4 KB of codes in flight per warp), merged in shared memory.
 constexpr int mma_warps = 8;
 constexpr int mma_chunk = 128;  // columns per chunk: 4 lanes x 32
+// Chunks whose codes one warp loads before computing (U) and the blocks per
+// SM the registers must allow (MINB): v2 = (4, 1), v3 = (2, 3). The first
+// cut, (2 with x prefetched, 1), ran at 18-27% of DRAM bandwidth on
+// llama2-7b shapes (ncu, H200) with 2 blocks per SM; (4, 3) spilled.
 
 __device__ __forceinline__ void mma_bf16(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
                                          unsigned b0, unsigned b1) {
@@ -177,8 +181,8 @@ __device__ __forceinline__ unsigned offset_pair(unsigned word, int p) {
   return ((word >> (4 * p)) & 0x000F000Fu) | 0x43004300u;
 }
 
-template <bool OutF32>
-__global__ void __launch_bounds__(32 * mma_warps)
+template <bool OutF32, int U, int MINB>
+__global__ void __launch_bounds__(32 * mma_warps, MINB)
     int4_gemv_mma_kernel(const bf16* __restrict__ x, std::int64_t ldx, const std::uint8_t* __restrict__ codes,
                          std::int64_t code_stride, const unsigned short* __restrict__ scale,
                          const unsigned short* __restrict__ zero, std::int64_t group, std::int64_t groups,
@@ -197,35 +201,35 @@ __global__ void __launch_bounds__(32 * mma_warps)
   constexpr unsigned ones = 0x3F803F80u;  // bf16x2 (1, 1)
   float acc[4] = {0.f, 0.f, 0.f, 0.f};
 
-  for (std::int64_t c0 = warp; c0 < chunks; c0 += 2 * mma_warps) {
-    uint4 wa[2], wb[2], xv[2][4];
-    float sa[2], za[2], sb[2], zb[2];
-    bool live[2];
+  for (std::int64_t c0 = warp; c0 < chunks; c0 += std::int64_t(U) * mma_warps) {
+    // All code loads of the iteration first (4 KB per warp in flight); x is
+    // read per word below, from L1 (every warp of the SM reads the same x).
+    uint4 wa[U], wb[U];
+    unsigned short s_raw[U][4];
 #pragma unroll
-    for (int u = 0; u < 2; ++u) {
-      const std::int64_t ch = c0 + std::int64_t(u) * mma_warps;
-      live[u] = ch < chunks;
-      const std::int64_t col = (live[u] ? ch : c0) * mma_chunk + 32 * t;
+    for (int u = 0; u < U; ++u) {
+      const std::int64_t ch = min(c0 + std::int64_t(u) * mma_warps, chunks - 1);
+      const std::int64_t col = ch * mma_chunk + 32 * t;
       wa[u] = __ldcs(reinterpret_cast<const uint4*>(ca + col / 2));
       wb[u] = __ldcs(reinterpret_cast<const uint4*>(cb + col / 2));
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        xv[u][i] = has_x ? __ldg(reinterpret_cast<const uint4*>(xr + col + 8 * i)) : make_uint4(0, 0, 0, 0);
-      const std::int64_t gi = (col - 32 * t) / group;
-      sa[u] = __half2float(__ushort_as_half(__ldg(scale + ra * groups + gi)));
-      za[u] = __half2float(__ushort_as_half(__ldg(zero + ra * groups + gi)));
-      sb[u] = __half2float(__ushort_as_half(__ldg(scale + rb * groups + gi)));
-      zb[u] = __half2float(__ushort_as_half(__ldg(zero + rb * groups + gi)));
+      const std::int64_t gi = ch * mma_chunk / group;
+      s_raw[u][0] = __ldg(scale + ra * groups + gi);
+      s_raw[u][1] = __ldg(zero + ra * groups + gi);
+      s_raw[u][2] = __ldg(scale + rb * groups + gi);
+      s_raw[u][3] = __ldg(zero + rb * groups + gi);
     }
 #pragma unroll
-    for (int u = 0; u < 2; ++u) {
-      if (!live[u]) break;
+    for (int u = 0; u < U; ++u) {
+      const std::int64_t ch = c0 + std::int64_t(u) * mma_warps;
+      if (ch >= chunks) break;
+      const bf16* xc = xr + ch * mma_chunk + 32 * t;
       float tt[4] = {0.f, 0.f, 0.f, 0.f}, sx[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const unsigned a = word_of(wa[u], i), b = word_of(wb[u], i);
-        const uint4 xw = xv[u][i];  // columns 8i .. 8i + 7 of the lane's 32, two bf16 per word
-        // x pairs (c, c + 4) to match offset_pair: low halves of (x.x, x.z) = columns 0, 4; ...
+        // Columns 8i .. 8i + 7 of the lane's 32, two bf16 per word, paired
+        // (c, c + 4) to match offset_pair: low halves of (x.x, x.z) = columns 0, 4; ...
+        const uint4 xw = has_x ? __ldg(reinterpret_cast<const uint4*>(xc + 8 * i)) : make_uint4(0, 0, 0, 0);
         const unsigned x0 = __byte_perm(xw.x, xw.z, 0x5410), x1 = __byte_perm(xw.x, xw.z, 0x7632);
         const unsigned x2 = __byte_perm(xw.y, xw.w, 0x5410), x3 = __byte_perm(xw.y, xw.w, 0x7632);
         mma_bf16(tt, offset_pair(a, 0), offset_pair(b, 0), offset_pair(a, 1), offset_pair(b, 1), x0, x1);
@@ -233,11 +237,13 @@ __global__ void __launch_bounds__(32 * mma_warps)
         mma_bf16(sx, ones, ones, ones, ones, x0, x1);
         mma_bf16(sx, ones, ones, ones, ones, x2, x3);
       }
+      const float sa = __half2float(__ushort_as_half(s_raw[u][0])), za = __half2float(__ushort_as_half(s_raw[u][1]));
+      const float sb = __half2float(__ushort_as_half(s_raw[u][2])), zb = __half2float(__ushort_as_half(s_raw[u][3]));
       // C rows g (weights ra) and g + 8 (rb), columns 2t and 2t + 1 (x rows).
-      acc[0] += sa[u] * tt[0] + (za[u] - 128.f * sa[u]) * sx[0];
-      acc[1] += sa[u] * tt[1] + (za[u] - 128.f * sa[u]) * sx[1];
-      acc[2] += sb[u] * tt[2] + (zb[u] - 128.f * sb[u]) * sx[2];
-      acc[3] += sb[u] * tt[3] + (zb[u] - 128.f * sb[u]) * sx[3];
+      acc[0] += sa * tt[0] + (za - 128.f * sa) * sx[0];
+      acc[1] += sa * tt[1] + (za - 128.f * sa) * sx[1];
+      acc[2] += sb * tt[2] + (zb - 128.f * sb) * sx[2];
+      acc[3] += sb * tt[3] + (zb - 128.f * sb) * sx[3];
     }
   }
   part_s[warp][g][2 * t] = acc[0];
@@ -262,11 +268,11 @@ __global__ void __launch_bounds__(32 * mma_warps)
   }
 }
 
-template <bool OutF32>
+template <bool OutF32, int U, int MINB>
 void launch_mma(const int4_gemv_args& a, cudaStream_t s) {
   const dim3 grid(unsigned((a.n + 15) / 16));
   const std::int64_t groups = (a.k + a.group - 1) / a.group;
-  int4_gemv_mma_kernel<OutF32><<<grid, 32 * mma_warps, 0, s>>>(
+  int4_gemv_mma_kernel<OutF32, U, MINB><<<grid, 32 * mma_warps, 0, s>>>(
       reinterpret_cast<const bf16*>(a.x), a.ldx, a.codes, a.code_stride,
       reinterpret_cast<const unsigned short*>(a.scale), reinterpret_cast<const unsigned short*>(a.zero), a.group,
       groups, a.y, a.ldy, a.accumulate, int(a.m), a.n, a.k);
@@ -316,8 +322,14 @@ void int4_gemv(const int4_gemv_args& a, stream_t s) {
                                 std::to_string(a.group) + " code_stride=" + std::to_string(a.code_stride) +
                                 " ldx=" + std::to_string(a.ldx));
   if (a.version != 1 && a.k % mma_chunk == 0 && a.group % mma_chunk == 0) {
-    if (a.out == gemm_out::f32) launch_mma<true>(a, as_stream(s));
-    else launch_mma<false>(a, as_stream(s));
+    const bool f32 = a.out == gemm_out::f32;
+    if (a.version == 3) {
+      if (f32) launch_mma<true, 2, 3>(a, as_stream(s));
+      else launch_mma<false, 2, 3>(a, as_stream(s));
+    } else {
+      if (f32) launch_mma<true, 4, 1>(a, as_stream(s));
+      else launch_mma<false, 4, 1>(a, as_stream(s));
+    }
     return;
   }
   if (a.out == gemm_out::f32) launch_m<true>(a, as_stream(s));

@@ -38,46 +38,51 @@ void run_case(allocator& dev, std::int64_t m, std::int64_t n, std::int64_t k, st
   ra.n = m;
   kcpu::int4_linear(ra);
 
-  dev_array<std::uint16_t> dx(dev, to_bf16(x));
-  dev_array<std::uint8_t> dcodes(dev, q.codes);
-  dev_array<std::uint16_t> dscale(dev, q.scale), dzero(dev, q.zero);
-  dev_array<float> dyf(dev, y0);
-  dev_array<std::uint16_t> dyb(dev, std::size_t(m * ldy));
-  kc::int4_gemv_args a;
-  a.x = dx.get();
-  a.ldx = ldx;
-  a.codes = dcodes.get();
-  a.code_stride = q.code_stride;
-  a.scale = dscale.get();
-  a.zero = dzero.get();
-  a.group = group;
-  a.y = out == kc::gemm_out::f32 ? static_cast<void*>(dyf.get()) : static_cast<void*>(dyb.get());
-  a.ldy = ldy;
-  a.out = out;
-  a.accumulate = acc;
-  a.m = m;
-  a.n = n;
-  a.k = k;
-  ASSERT_TRUE(kc::int4_gemv_supported(a));
-  kc::int4_gemv(a, nullptr);
+  // Every version on the same inputs (v2 and v3 where k and group are
+  // multiples of 128, else they fall back to v1).
+  for (const int version : {1, 2, 3}) {
+    dev_array<std::uint16_t> dx(dev, to_bf16(x));
+    dev_array<std::uint8_t> dcodes(dev, q.codes);
+    dev_array<std::uint16_t> dscale(dev, q.scale), dzero(dev, q.zero);
+    dev_array<float> dyf(dev, y0);
+    dev_array<std::uint16_t> dyb(dev, std::size_t(m * ldy));
+    kc::int4_gemv_args a;
+    a.version = version;
+    a.x = dx.get();
+    a.ldx = ldx;
+    a.codes = dcodes.get();
+    a.code_stride = q.code_stride;
+    a.scale = dscale.get();
+    a.zero = dzero.get();
+    a.group = group;
+    a.y = out == kc::gemm_out::f32 ? static_cast<void*>(dyf.get()) : static_cast<void*>(dyb.get());
+    a.ldy = ldy;
+    a.out = out;
+    a.accumulate = acc;
+    a.m = m;
+    a.n = n;
+    a.k = k;
+    ASSERT_TRUE(kc::int4_gemv_supported(a));
+    kc::int4_gemv(a, nullptr);
 
-  const auto yf = dyf.download();
-  const auto yb = from_bf16(dyb.download());
-  std::vector<float> got;
-  std::vector<double> ref;
-  for (std::int64_t i = 0; i < m; ++i)
-    for (std::int64_t j = 0; j < n; ++j) {
-      double r = double(ref_y[std::size_t(i * n + j)]);
-      if (acc) r += double(y0[std::size_t(i * ldy + j)]);
-      ref.push_back(r);
-      got.push_back(out == kc::gemm_out::f32 ? yf[std::size_t(i * ldy + j)] : yb[std::size_t(i * ldy + j)]);
-    }
-  const std::string what = "int4_gemv m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" +
-                           std::to_string(k) + " group=" + std::to_string(group) + (acc ? " acc" : "") +
-                           (out == kc::gemm_out::f32 ? " f32" : " bf16");
-  if (out == kc::gemm_out::f32) expect_close(got, ref, 2e-3, 1e-3, what, seed);
-  else expect_close(got, ref, 2e-2, 1e-2, what, seed);
-  EXPECT_TRUE(dyf.sentinel_intact() && dyb.sentinel_intact()) << what;
+    const auto yf = dyf.download();
+    const auto yb = from_bf16(dyb.download());
+    std::vector<float> got;
+    std::vector<double> ref;
+    for (std::int64_t i = 0; i < m; ++i)
+      for (std::int64_t j = 0; j < n; ++j) {
+        double r = double(ref_y[std::size_t(i * n + j)]);
+        if (acc) r += double(y0[std::size_t(i * ldy + j)]);
+        ref.push_back(r);
+        got.push_back(out == kc::gemm_out::f32 ? yf[std::size_t(i * ldy + j)] : yb[std::size_t(i * ldy + j)]);
+      }
+    const std::string what = "int4_gemv v" + std::to_string(version) + " m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" +
+                             std::to_string(k) + " group=" + std::to_string(group) + (acc ? " acc" : "") +
+                             (out == kc::gemm_out::f32 ? " f32" : " bf16");
+    if (out == kc::gemm_out::f32) expect_close(got, ref, 2e-3, 1e-3, what, seed);
+    else expect_close(got, ref, 2e-2, 1e-2, what, seed);
+    EXPECT_TRUE(dyf.sentinel_intact() && dyb.sentinel_intact()) << what;
+  }
 }
 
 TEST_F(cuda_int4_gemv, matches_the_cpu_reference_for_decode_batches) {
