@@ -517,7 +517,7 @@ bench_report run_cuda_bench(const bench_options& o) {
         double kv_read = double(ctx) * kv_tok;
         if (!full) {
           const std::int64_t q = quantized_tokens(ctx, mode.group, mode.flush_at());
-          kv_read = double(q) * cuda_forward::kv_bytes_per_token(c, mode) + double(ctx - q) * kv_tok;
+          kv_read = double(q) * cuda_forward::kv_read_bytes_per_token(c, mode) + double(ctx - q) * kv_tok;
         }
         const double bytes = wbytes + double(b) * kv_read;
         const double kv_gib = double(cuda_forward::kv_device_bytes(c, fo)) / gib;

@@ -191,7 +191,7 @@ bench_report run_cuda_quantspec_bench(const bench_options& o, const quantspec_be
       const double kv8 = double(nq) * cuda_forward::kv_bytes_per_token(c, hier) + double(ctx - nq) * kv_tok;
       kv_mode hier4 = hier;
       hier4.bits = 4;
-      const double kv4 = double(nq) * cuda_forward::kv_bytes_per_token(c, hier4) + double(ctx - nq) * kv_tok;
+      const double kv4 = double(nq) * cuda_forward::kv_read_bytes_per_token(c, hier4) + double(ctx - nq) * kv_tok;
       const auto toks = tokens(std::size_t(b));
       // Target step: 16-bit weights, INT8 reads.
       fwd.set_draft_weights(false);

@@ -52,6 +52,13 @@ double cuda_forward::kv_bytes_per_token(const model_config& c, const kv_mode& mo
          double(l.n_kv_heads * l.n_layers);
 }
 
+double cuda_forward::kv_read_bytes_per_token(const model_config& c, const kv_mode& mode) {
+  const double all = kv_bytes_per_token(c, mode);
+  if (mode.format != kv_format::hier || mode.bits != 4) return all;
+  // Lower planes: 4 bits per K and V element.
+  return all - double(c.head_dim * c.num_key_value_heads * c.num_hidden_layers);
+}
+
 namespace {
 bool quantized_mode(const cuda_forward_options& o) { return o.kv.format != kv_format::full; }
 // Rows of the largest multi-token step (decode: max_batch).

@@ -176,6 +176,9 @@ class cuda_forward {
   // The same for a cache mode: bf16 for full, else the packed codes, scales
   // and zeros per token (memory/kv_layout.hpp; windows not included).
   static double kv_bytes_per_token(const model_config& config, const kv_mode& mode);
+  // What a decode step reads per packed token: the same, except that hier's
+  // INT4 read (bits 4) skips the lower planes (the roofline of the draft).
+  static double kv_read_bytes_per_token(const model_config& config, const kv_mode& mode);
 
   struct impl;
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "memory/kv_layout.hpp"
+#include "model/cuda_forward.hpp"
 #include "model/cuda_packed_kv.hpp"
 #include "model/presets.hpp"
 
@@ -63,5 +64,23 @@ TEST(cuda_packed_kv, refuses_what_the_gpu_kernels_cannot_read) {
   EXPECT_EQ(packed_kv_shape::make(parse_kv_mode("kivi", 2, 32, 8), c, 1, 1024, 100, -1).max_append, 32);
 }
 
+}  // namespace
+}  // namespace specpipe
+
+// The roofline's bytes: hier's INT4 read leaves the lower planes (half the
+// codes) unread; every other mode reads what it stores.
+namespace specpipe {
+namespace {
+TEST(cuda_packed_kv, read_bytes_skip_the_lower_planes_of_an_int4_read) {
+  const model_config c = *preset_config("llama2-7b");
+  const kv_mode int8 = parse_kv_mode("hier", 8, 128, 0), int4 = parse_kv_mode("hier", 4, 128, 0);
+  const double stored = cuda_forward::kv_bytes_per_token(c, int8);
+  EXPECT_DOUBLE_EQ(cuda_forward::kv_bytes_per_token(c, int4), stored);
+  EXPECT_DOUBLE_EQ(cuda_forward::kv_read_bytes_per_token(c, int8), stored);
+  // 32 layers x 32 KV heads x 128 channels x (K + V) x 4 bits.
+  EXPECT_DOUBLE_EQ(stored - cuda_forward::kv_read_bytes_per_token(c, int4), 32.0 * 32 * 128);
+  const kv_mode kivi2 = parse_kv_mode("kivi", 2, 64, 64);
+  EXPECT_DOUBLE_EQ(cuda_forward::kv_read_bytes_per_token(c, kivi2), cuda_forward::kv_bytes_per_token(c, kivi2));
+}
 }  // namespace
 }  // namespace specpipe
