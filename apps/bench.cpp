@@ -154,6 +154,10 @@ int bench_main(int argc, char** argv) {
     ("repeats", po::value(&o.repeats)->default_value(20), "timed repeats per point (median reported)")
     ("warmup", po::value(&o.warmup)->default_value(5), "untimed runs before timing")
     ("json", po::value(&json_path), "also write the results as JSON to this file")
+    ("gpu-memory", po::value(&o.gpu_memory_gib)->default_value(0.0),
+     "CUDA decode: GiB the run may use on the GPU (weights + caches + scratch), e.g. 48 to emulate a 48 GB card; "
+     "0: the whole device")
+    ("max-batch", "CUDA decode: time each --kv mode at the largest batch that fits --gpu-memory (instead of --batch)")
     ("kernels", "time decode attention and the decode GEMV alone against their rooflines")
     ("gather-only", "with --kernels: only the sparse gather benchmarks (every path, row pattern and arena)")
     ("gemv-only", "with --kernels: only the 4-bit weight GEMV of QuantSpec's draft, each version, llama shapes")
@@ -216,6 +220,13 @@ int bench_main(int argc, char** argv) {
   if (o.warmup < 0) throw usage_error("--warmup: must be >= 0, got " + std::to_string(o.warmup));
   if (o.prefill_tokens < 0) throw usage_error("--prefill-tokens: must be >= 0");
   o.batches = parse_int_list("batch", batches);
+  o.max_batch = vm.count("max-batch") > 0;
+  if (!(o.gpu_memory_gib >= 0 && o.gpu_memory_gib <= 1e6))
+    throw usage_error("--gpu-memory: must be >= 0 GiB, got " + std::to_string(o.gpu_memory_gib));
+  if ((o.max_batch || o.gpu_memory_gib > 0) && device != "cuda")
+    throw usage_error("--gpu-memory and --max-batch: the CUDA decode bench only (--device cuda)");
+  if (o.max_batch && !vm["batch"].defaulted()) throw usage_error("--max-batch and --batch are exclusive");
+  if (o.max_batch && o.kernels) throw usage_error("--max-batch: times decode steps, not --kernels");
   o.contexts = parse_int_list("context", contexts);
   if (vm.count("model")) {
     o.model_dir = model_dir;

@@ -38,6 +38,12 @@ struct bench_options {
   // (--kv full,kivi:1,specache,hier:4 ...); empty: full only.
   std::vector<kv_mode> kv_modes;
   int packed_stages = 0;  // cp.async stages of the packed attention; 0: per format
+  // CUDA decode: a cap on what the run may allocate on the GPU (weights,
+  // caches, scratch), to emulate a smaller card; 0: the whole device.
+  double gpu_memory_gib = 0;
+  // CUDA decode: instead of --batch, the largest batch of each mode that fits
+  // the budget, and the throughput there.
+  bool max_batch = false;
   // CPU cache bench: added before every gather, to emulate a slower link.
   long long transfer_latency_us = 0;
 };

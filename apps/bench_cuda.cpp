@@ -474,26 +474,76 @@ bench_report run_cuda_bench(const bench_options& o) {
   }
 
   const std::vector<kv_mode> modes = o.kv_modes.empty() ? std::vector<kv_mode>{kv_mode{}} : o.kv_modes;
-  for (const long long ctx : o.contexts)
-    for (const long long b : o.batches)
+  // --gpu-memory: what the weights leave of the budget for each forward.
+  const double budget = o.gpu_memory_gib > 0 ? o.gpu_memory_gib * gib : double(props.total_memory);
+  if (o.gpu_memory_gib > 0)
+    r.notes.push_back("GPU memory budget " + fixed(o.gpu_memory_gib, 1) + " GiB: weights " + fixed(wbytes / gib, 2) +
+                      " GiB + each configuration's caches and scratch must fit");
+  auto options_for = [&](long long ctx, long long b, const kv_mode& mode) {
+    cuda_forward_options fo;
+    fo.max_batch = int(b);
+    fo.max_context = ctx + o.warmup + o.repeats + 2;
+    fo.prefill_chunk = 16;  // decode-only: keep the prefill scratch small
+    fo.prefill_attention_cublas = false;
+    fo.use_graphs = o.graphs;
+    fo.kv = mode;
+    fo.kv_staging_tokens = 0;  // decode-only: no prefill staging area
+    fo.packed_stages = o.packed_stages;
+    apply_gemv_flags(o, fo);
+    return fo;
+  };
+  auto fits_budget = [&](const cuda_forward_options& fo) {
+    return wbytes + double(cuda_forward::device_bytes(c, fo)) <= budget;
+  };
+  // The largest batch whose caches fit the budget (0: not even one sequence).
+  auto largest_batch = [&](long long ctx, const kv_mode& mode) -> long long {
+    long long lo = 0, hi = 4096;
+    while (lo < hi) {
+      const long long mid = (lo + hi + 1) / 2;
+      if (fits_budget(options_for(ctx, mid, mode))) lo = mid;
+      else hi = mid - 1;
+    }
+    return lo;
+  };
+  for (const long long ctx : o.contexts) {
+    std::vector<std::pair<long long, kv_mode>> runs;
+    if (o.max_batch) {
       for (const kv_mode& mode : modes) {
+        long long b = 0;
+        try {
+          b = largest_batch(ctx, mode);
+        } catch (const std::invalid_argument& e) {
+          r.points.push_back({"decode", 0, ctx, true, mode.describe() + ": " + e.what()});
+          continue;
+        }
+        if (b == 0) {
+          r.points.push_back({"decode", 0, ctx, true,
+                              (mode.format == kv_format::full ? std::string("full (bf16)") : mode.describe()) +
+                                  ": not one sequence fits the budget"});
+          continue;
+        }
+        runs.emplace_back(b, mode);
+      }
+    } else {
+      for (const long long b : o.batches)
+        for (const kv_mode& mode : modes) runs.emplace_back(b, mode);
+    }
+    std::vector<std::pair<std::string, double>> at_max;  // mode, tokens/s at its max batch
+    for (const auto& [b, mode] : runs) {
         const bool full = mode.format == kv_format::full;
         const std::string label = full ? std::string("full (bf16)") : mode.describe();
-        cuda_forward_options fo;
-        fo.max_batch = int(b);
-        fo.max_context = ctx + o.warmup + o.repeats + 2;
-        fo.prefill_chunk = 16;  // decode-only: keep the prefill scratch small
-        fo.prefill_attention_cublas = false;
-        fo.use_graphs = o.graphs;
-        fo.kv = mode;
-        fo.kv_staging_tokens = 0;  // decode-only: no prefill staging area
-        fo.packed_stages = o.packed_stages;
-        apply_gemv_flags(o, fo);
+        cuda_forward_options fo = options_for(ctx, b, mode);
         std::size_t need = 0;
         try {
           need = cuda_forward::device_bytes(c, fo);
         } catch (const std::invalid_argument& e) {
           r.points.push_back({"decode", b, ctx, true, label + ": " + e.what()});
+          continue;
+        }
+        if (o.gpu_memory_gib > 0 && !fits_budget(fo)) {
+          r.points.push_back({"decode", b, ctx, true,
+                              label + ": weights + " + fixed(double(need) / gib, 2) + " GiB exceed --gpu-memory " +
+                                  fixed(o.gpu_memory_gib, 1)});
           continue;
         }
         const std::size_t free = kc::query_memory().free;
@@ -538,9 +588,22 @@ bench_report run_cuda_bench(const bench_options& o) {
           how += ", packed attention (lean smem, combine 1, >= 16 tiles/split), " +
                  (fo.packed_stages > 0 ? std::to_string(fo.packed_stages) : std::string("per-format")) + " stages";
         }
+        if (o.max_batch) {
+          how = "max batch under " + fixed(budget / gib, 1) + " GiB; per sequence on the GPU " +
+                fixed(double(cuda_forward::kv_device_bytes(c, fo)) / double(b) / gib, 3) + " GiB; " + how;
+          at_max.emplace_back(label + " b=" + std::to_string(b), double(b) / (t.median * 1e-3));
+        }
         r.points.push_back({"decode", b, ctx, false, how, t.median, t.spread, double(b) / (t.median * 1e-3), bytes,
                             bytes / r.copy_bandwidth * 1e3, used_gib()});
-      }
+    }
+    if (at_max.size() > 1) {
+      std::string line = "context " + std::to_string(ctx) + ", throughput at the max batch:";
+      for (const auto& [what, tps] : at_max)
+        line += " " + what + " " + fixed(tps, 1) + " tok/s (" + fixed(tps / at_max.front().second, 2) + "x),";
+      line.pop_back();
+      r.notes.push_back(line + " (ratios to the first mode)");
+    }
+  }
   return r;
 }
 

@@ -42,6 +42,12 @@ TEST(BenchCli, BadFlagsAreUsageErrors) {
       {"bench --preset tiny --device cpu --batch 0", "batch"},
       {"bench --preset tiny --device cpu --context x", "context"},
       {"bench --preset tiny --device gpu", "device"},
+      {"bench --preset tiny --device cpu --max-batch", "--gpu-memory and --max-batch: the CUDA decode bench only"},
+      {"bench --preset tiny --device cpu --gpu-memory 48", "the CUDA decode bench only"},
+      {"bench --preset tiny --device cuda --gpu-memory -2", "--gpu-memory: must be >= 0"},
+      {"bench --preset tiny --device cuda --max-batch --batch 4", "--max-batch and --batch are exclusive"},
+      {"bench --device cuda --kernels --gemv-only --max-batch", "--max-batch: times decode steps"},
+      {"bench --preset tiny --device cpu --gemv-only", "--gemv-only: needs --kernels"},
   };
   for (const auto& c : cases) {
     const auto r = run_specpipe(c.args);

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "apps/cli_runner.hpp"
+#include "memory/allocator.hpp"
 #include "support/test_paths.hpp"
 
 namespace specpipe::testing {
@@ -130,9 +131,19 @@ TEST(QuantSpecCli, BenchComparesWithAutoregressiveDecoding) {
     }
   EXPECT_TRUE(found);
 
-  const auto cuda = run_specpipe("bench --device cuda --preset tiny --kv quantspec");
-  EXPECT_EQ(cuda.exit_code, 2);
-  EXPECT_THAT(cuda.err, HasSubstr("runs on the CPU backend"));
+  // The GPU bench: rows for ar, target, draft, verify and the rounds; without
+  // a device, a usage error that says so.
+  const auto cuda = run_specpipe("bench --device cuda --preset tiny --kv quantspec --context 512 --gamma 3 "
+                                 "--repeats 3 --warmup 1 --tokens 16 --acceptance 0.9");
+  if (cuda_available()) {
+    ASSERT_EQ(cuda.exit_code, 0) << cuda.err;
+    for (const char* kind : {"ar ", "target ", "draft ", "verify ", "quantspec "})
+      EXPECT_THAT(cuda.out, HasSubstr(std::string("\n") + kind)) << kind;
+    EXPECT_THAT(cuda.out, HasSubstr("at acceptance 90%"));
+  } else {
+    EXPECT_EQ(cuda.exit_code, 2);
+    EXPECT_THAT(cuda.err, HasSubstr("--device cuda"));
+  }
   const auto stray = run_specpipe("bench --device cpu --preset tiny --gamma 4");
   EXPECT_EQ(stray.exit_code, 2);
   EXPECT_THAT(stray.err, HasSubstr("apply to --kv quantspec"));
