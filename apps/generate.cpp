@@ -40,6 +40,7 @@ int generate_main(int argc, char** argv) {
   unsigned long long seed = 0;
   long long context = 0, group = 0, residual = 0;
   int kv_bits = 0, topk = 64;
+  double gpu_memory = 0;
   desc.add_options()
     ("help,h", "show this help")
     ("model,m", po::value(&model_flag), "Hugging Face checkpoint directory (default: the embedded model)")
@@ -69,7 +70,9 @@ int generate_main(int argc, char** argv) {
      "tokens per quantization group (kivi/specache 64, hier/quantspec 128)")
     ("residual", po::value(&residual)->default_value(0), "kivi/specache full-precision window in tokens (default 64)")
     ("gamma", po::value(&gamma)->default_value("5"), "quantspec: draft tokens per round, or 'auto' to adapt it")
-    ("trace", po::value(&trace_file), "write a Chrome trace of the run (open in ui.perfetto.dev)");
+    ("trace", po::value(&trace_file), "write a Chrome trace of the run (open in ui.perfetto.dev)")
+    ("gpu-memory", po::value(&gpu_memory)->default_value(0.0),
+     "--device cuda: refuse a run whose weights, caches and scratch exceed this many GiB (0: no cap)");
   add_draft_flags(desc, qs);
   po::variables_map vm;
   if (!parse_flags(argc, argv, desc, vm, "usage: specpipe generate [--model DIR] --prompt TEXT [flags]"))
@@ -77,6 +80,9 @@ int generate_main(int argc, char** argv) {
 
   if (device != "cpu" && device != "cuda")
     throw usage_error("--device: '" + device + "' is not one of cpu, cuda");
+  if (!(gpu_memory >= 0 && gpu_memory <= 1e6))
+    throw usage_error("--gpu-memory: must be >= 0 GiB, got " + std::to_string(gpu_memory));
+  if (gpu_memory > 0 && device != "cuda") throw usage_error("--gpu-memory: applies to --device cuda");
   if (device == "cuda" && vm.count("trace"))
     throw usage_error("--trace: the CUDA path of generate does not record a trace yet (use --device cpu)");
   if (max_tokens < 0) throw usage_error("--max-tokens: must be >= 0, got " + std::to_string(max_tokens));
@@ -157,8 +163,9 @@ int generate_main(int argc, char** argv) {
   const std::int64_t needed =
       std::min(max_context, std::int64_t(req.prompt.size()) + std::int64_t(req.max_tokens));
   if (device == "cuda" && quantspec)
-    return run_generate_cuda_quantspec(m, req, eos, needed, prompt, qs_opts.kv_group, qs_opts.draft, qs_opts.gamma);
-  if (device == "cuda") return run_generate_cuda(m, req, eos, needed, prompt, kv_choice);
+    return run_generate_cuda_quantspec(m, req, eos, needed, prompt, qs_opts.kv_group, qs_opts.draft, qs_opts.gamma,
+                                       gpu_memory);
+  if (device == "cuda") return run_generate_cuda(m, req, eos, needed, prompt, kv_choice, gpu_memory);
 
   // The CPU backend runs through the actor pipeline: one worker, the host
   // KV store, the transfer engine and planner, and the tracer with --trace.

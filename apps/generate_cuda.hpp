@@ -17,8 +17,11 @@
 
 namespace specpipe::apps {
 
+// gpu_memory_gib > 0: refuse (usage_error) a run whose weights, caches and
+// scratch would exceed that many GiB of device memory.
 int run_generate_cuda(const model& m, const generation_request& req, const std::vector<std::int32_t>& eos_ids,
-                      std::int64_t max_context, const std::string& prompt_text, const kv_mode& kv);
+                      std::int64_t max_context, const std::string& prompt_text, const kv_mode& kv,
+                      double gpu_memory_gib = 0);
 
 // --kv quantspec on the GPU (model/cuda_quantspec.hpp): the draft's 4-bit
 // copies quantized on the device, a hierarchical cache of group kv_group,
@@ -27,6 +30,6 @@ int run_generate_cuda(const model& m, const generation_request& req, const std::
 int run_generate_cuda_quantspec(const model& m, const generation_request& req,
                                 const std::vector<std::int32_t>& eos_ids, std::int64_t max_context,
                                 const std::string& prompt_text, std::int64_t kv_group, const draft_options& draft,
-                                const gamma_options& gamma);
+                                const gamma_options& gamma, double gpu_memory_gib = 0);
 
 }  // namespace specpipe::apps

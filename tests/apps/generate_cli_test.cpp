@@ -48,6 +48,12 @@ TEST(GenerateCli, BadFlagsAreUsageErrors) {
       {"generate --prompt hi --no-such-flag", "no-such-flag"},
       {"generate", "--prompt"},
       {"generate --prompt-file /nonexistent/prompt.txt", "prompt-file"},
+      {"generate --prompt hi --gpu-memory 4", "--gpu-memory: applies to --device cuda"},
+      {"generate --prompt hi --device cuda --gpu-memory -1", "--gpu-memory: must be >= 0"},
+      // Checked before anything is allocated, so it says the same with or
+      // without a GPU: the default model's weights alone exceed 1 MiB.
+      {"generate --prompt hi --device cuda --gpu-memory 0.001", "--gpu-memory: this run needs"},
+      {"generate --prompt hi --device cuda --kv quantspec --gpu-memory 0.001", "--gpu-memory: this run needs"},
   };
   for (const auto& c : cases) {
     const auto r = run_specpipe(c.args);
