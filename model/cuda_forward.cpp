@@ -181,7 +181,9 @@ struct cuda_forward::impl {
   buffer staging;                    // [layer][k|v][kv_head][staging_tokens][head_dim] bf16
   buffer aux_dev, aux_host;          // int32 [8]: one-entry launches of the long prefill
   std::vector<std::int64_t> quantized_len;  // packed tokens per slot
-  std::map<int, int> packed_blocks_per_sm;  // read bits -> resident packed-attention blocks
+  // Resident packed-attention blocks per SM: read bits -> one query per
+  // block; -(bits * 64 + queries) -> multi-query blocks of that many rows.
+  mutable std::map<int, int> packed_blocks_per_sm;  // filled lazily from const packed_args
 
   impl(const cuda_model::impl& m, const cuda_forward_options& o) : w(m), c(m.config), opt(o) {
     kc::set_device(m.device);
@@ -406,12 +408,19 @@ struct cuda_forward::impl {
     a.stages = opt.packed_stages > 0 ? opt.packed_stages : kc::packed_attention_stages(read_bits);
     a.scale = 1.f / std::sqrt(float(c.head_dim));
     const auto it = packed_blocks_per_sm.find(read_bits);
-    const int bps = it == packed_blocks_per_sm.end() ? 2 : it->second;
+    int bps = it == packed_blocks_per_sm.end() ? 2 : it->second;
     if (step_blocks > 0) {  // a multi-token step: each slot's rows in shared blocks
       a.block_first = dev_ints(7);
       a.block_count = dev_ints(8);
       a.blocks = step_blocks;
       a.max_queries = step_max_queries;
+      // More query columns can mean another kernel (8 columns) with its own
+      // occupancy: the split rule must use that one's.
+      const int key = read_bits * 64 + step_max_queries;
+      auto mq = packed_blocks_per_sm.find(-key);
+      if (mq == packed_blocks_per_sm.end())
+        mq = packed_blocks_per_sm.emplace(-key, kc::packed_attention_blocks_per_sm(a)).first;
+      bps = mq->second;
     }
     // From the capacity, not the current lengths: a fixed launch shape per
     // batch size, replayable as a graph.
