@@ -83,8 +83,6 @@ int generate_main(int argc, char** argv) {
   if (!(gpu_memory >= 0 && gpu_memory <= 1e6))
     throw usage_error("--gpu-memory: must be >= 0 GiB, got " + std::to_string(gpu_memory));
   if (gpu_memory > 0 && device != "cuda") throw usage_error("--gpu-memory: applies to --device cuda");
-  if (device == "cuda" && vm.count("trace"))
-    throw usage_error("--trace: the CUDA path of generate does not record a trace yet (use --device cpu)");
   if (max_tokens < 0) throw usage_error("--max-tokens: must be >= 0, got " + std::to_string(max_tokens));
   if (threads < 0) throw usage_error("--threads: must be >= 0, got " + std::to_string(threads));
   if (context < 0) throw usage_error("--context: must be >= 0, got " + std::to_string(context));
@@ -164,8 +162,10 @@ int generate_main(int argc, char** argv) {
       std::min(max_context, std::int64_t(req.prompt.size()) + std::int64_t(req.max_tokens));
   if (device == "cuda" && quantspec)
     return run_generate_cuda_quantspec(m, req, eos, needed, prompt, qs_opts.kv_group, qs_opts.draft, qs_opts.gamma,
-                                       gpu_memory);
-  if (device == "cuda") return run_generate_cuda(m, req, eos, needed, prompt, kv_choice, gpu_memory);
+                                       gpu_memory, vm.count("trace") ? trace_file : std::string());
+  if (device == "cuda")
+    return run_generate_cuda(m, req, eos, needed, prompt, kv_choice, gpu_memory,
+                             vm.count("trace") ? trace_file : std::string());
 
   // The CPU backend runs through the actor pipeline: one worker, the host
   // KV store, the transfer engine and planner, and the tracer with --trace.

@@ -1,9 +1,12 @@
 #include "apps/generate_cuda.hpp"
 #include "apps/cli_support.hpp"
 
+#include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 
+#include "actors/trace_buffer.hpp"
 #include "apps/quantspec_cli.hpp"
 #include "model/cuda_decode_backend.hpp"
 #include "model/cuda_forward.hpp"
@@ -29,11 +32,62 @@ void check_budget(double gib, std::size_t weights, std::size_t forward) {
   }
 }
 
+// The decode loop's calls as spans on the "cuda worker 0" track: the
+// prefill, and each generated token (its step, and the pick that waits for
+// the device). QuantSpec rounds add their own draft/verify spans.
+class traced_backend final : public decode_backend {
+ public:
+  traced_backend(decode_backend& inner, trace_buffer& trace) : inner_(inner), trace_(trace) {}
+  std::int64_t vocab_size() const override { return inner_.vocab_size(); }
+  std::int64_t length() const override { return inner_.length(); }
+  void prefill(std::span<const std::int32_t> tokens) override {
+    const double t0 = trace_now_us();
+    inner_.prefill(tokens);
+    span("prefill", t0, {{"tokens", double(tokens.size())}});
+  }
+  void step(std::int32_t token) override {
+    step_start_ = trace_now_us();
+    inner_.step(token);
+  }
+  std::int32_t pick(std::int64_t index) override {
+    const double t0 = index == 0 ? trace_now_us() : step_start_;
+    const std::int32_t t = inner_.pick(index);
+    span(index == 0 ? "first token" : "token", t0, {{"index", double(index)}, {"length", double(length())}});
+    return t;
+  }
+
+ private:
+  void span(const char* name, double t0, std::vector<std::pair<std::string, double>> args) {
+    trace_event e;
+    e.track = track;
+    e.name = name;
+    e.cat = "generate";
+    e.ts_us = t0;
+    e.dur_us = trace_now_us() - t0;
+    e.values = std::move(args);
+    trace_.add(std::move(e));
+  }
+  static constexpr const char* track = "cuda worker 0";
+  decode_backend& inner_;
+  trace_buffer& trace_;
+  double step_start_ = 0;
+};
+
+// A steady_clock time point on the trace's clock (microseconds since its epoch).
+double trace_us(std::chrono::steady_clock::time_point tp) {
+  return trace_now_us() - std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - tp).count();
+}
+
+void write_trace(trace_buffer& trace, const std::string& file) {
+  trace.write_file(file);
+  std::fprintf(stderr, "[trace: %zu events -> %s]\n", trace.size(), file.c_str());
+}
+
 }  // namespace
 
 int run_generate_cuda(const model& m, const generation_request& req, const std::vector<std::int32_t>& eos_ids,
                       std::int64_t max_context, const std::string& prompt_text, const kv_mode& kv,
-                      double gpu_memory_gib) {
+                      double gpu_memory_gib, const std::string& trace_file) {
   cuda_forward_options o;
   o.max_batch = 1;
   o.max_context = max_context;
@@ -41,7 +95,11 @@ int run_generate_cuda(const model& m, const generation_request& req, const std::
   check_budget(gpu_memory_gib, cuda_model::weight_bytes(m.config), cuda_forward::device_bytes(m.config, o));
   const cuda_model gpu(m.config, m.weights, 0);
   cuda_forward fwd(gpu, o);
-  cuda_decode_backend backend(fwd, 0, req.sampling);
+  cuda_decode_backend plain(fwd, 0, req.sampling);
+  trace_buffer trace;
+  std::optional<traced_backend> traced;
+  if (!trace_file.empty()) traced.emplace(plain, trace);
+  decode_backend& backend = traced ? static_cast<decode_backend&>(*traced) : plain;
 
   std::cout << prompt_text << std::flush;
   const auto res = generate(backend, m.tok, eos_ids, req, max_context,
@@ -52,13 +110,14 @@ int run_generate_cuda(const model& m, const generation_request& req, const std::
   // captured as a CUDA graph; the rate counts them as the CPU path does.
   print_timing_line(res, m.dir.filename().string(), "cuda",
                     kv.format == kv_format::full ? std::string("full (bf16)") : kv.describe());
+  if (!trace_file.empty()) write_trace(trace, trace_file);
   return 0;
 }
 
 int run_generate_cuda_quantspec(const model& m, const generation_request& req,
                                 const std::vector<std::int32_t>& eos_ids, std::int64_t max_context,
                                 const std::string& prompt_text, std::int64_t kv_group, const draft_options& draft,
-                                const gamma_options& gamma, double gpu_memory_gib) {
+                                const gamma_options& gamma, double gpu_memory_gib, const std::string& trace_file) {
   if (draft.quantize_lm_head)
     throw usage_error("--draft-lm-head: the GPU draft shares lm_head with the target (use --device cpu)");
   const int most = gamma.adaptive ? std::min(gamma.max_gamma, 15) : gamma.gamma;
@@ -76,7 +135,32 @@ int run_generate_cuda_quantspec(const model& m, const generation_request& req,
   gamma_options g = gamma;
   g.max_gamma = std::min(g.max_gamma, 15);
   cuda_quantspec qs(fwd, req.sampling, g);
-  cuda_quantspec_backend backend(qs, fwd, 0);
+  cuda_quantspec_backend plain(qs, fwd, 0);
+  trace_buffer trace;
+  std::optional<traced_backend> traced;
+  if (!trace_file.empty()) {
+    traced.emplace(plain, trace);
+    // Each round: its draft steps and its verify, with what they kept.
+    qs.on_round([&trace](const std::vector<quantspec_round>& rounds) {
+      const quantspec_round& r = rounds.front();
+      const double d0 = trace_us(r.draft_begin), v0 = trace_us(r.verify_begin), v1 = trace_us(r.verify_end);
+      trace_event draft;
+      draft.track = "cuda worker 0";
+      draft.name = "draft";
+      draft.cat = "quantspec";
+      draft.ts_us = d0;
+      draft.dur_us = v0 - d0;
+      draft.values = {{"drafted", double(r.drafted)}};
+      trace.add(draft);
+      trace_event verify = draft;
+      verify.name = "verify";
+      verify.ts_us = v0;
+      verify.dur_us = v1 - v0;
+      verify.values = {{"rows", double(r.drafted + 1)}, {"accepted", double(r.accepted)}};
+      trace.add(verify);
+    });
+  }
+  decode_backend& backend = traced ? static_cast<decode_backend&>(*traced) : plain;
 
   std::cout << prompt_text << std::flush;
   const auto res = generate(backend, m.tok, eos_ids, req, max_context,
@@ -89,6 +173,7 @@ int run_generate_cuda_quantspec(const model& m, const generation_request& req,
   print_spec_line(qs.stats());
   std::fprintf(stderr, "[%s; on the GPU %.2f MiB]\n", describe_draft_memory(m.config, draft).c_str(),
                double(gpu.draft_bytes()) / (1024.0 * 1024.0));
+  if (!trace_file.empty()) write_trace(trace, trace_file);
   return 0;
 }
 

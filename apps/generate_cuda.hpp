@@ -18,10 +18,13 @@
 namespace specpipe::apps {
 
 // gpu_memory_gib > 0: refuse (usage_error) a run whose weights, caches and
-// scratch would exceed that many GiB of device memory.
+// scratch would exceed that many GiB of device memory. trace_file non-empty:
+// write a Chrome trace of the run there (spans of the prefill and of each
+// step, or each QuantSpec round's draft and verify, on the host clock; every
+// span ends with the device synchronized, so it covers the GPU work).
 int run_generate_cuda(const model& m, const generation_request& req, const std::vector<std::int32_t>& eos_ids,
                       std::int64_t max_context, const std::string& prompt_text, const kv_mode& kv,
-                      double gpu_memory_gib = 0);
+                      double gpu_memory_gib = 0, const std::string& trace_file = {});
 
 // --kv quantspec on the GPU (model/cuda_quantspec.hpp): the draft's 4-bit
 // copies quantized on the device, a hierarchical cache of group kv_group,
@@ -30,6 +33,7 @@ int run_generate_cuda(const model& m, const generation_request& req, const std::
 int run_generate_cuda_quantspec(const model& m, const generation_request& req,
                                 const std::vector<std::int32_t>& eos_ids, std::int64_t max_context,
                                 const std::string& prompt_text, std::int64_t kv_group, const draft_options& draft,
-                                const gamma_options& gamma, double gpu_memory_gib = 0);
+                                const gamma_options& gamma, double gpu_memory_gib = 0,
+                                const std::string& trace_file = {});
 
 }  // namespace specpipe::apps

@@ -142,6 +142,7 @@ std::vector<quantspec_round> cuda_quantspec::round(std::span<const int> slots, s
       stats_.add_round(gamma, r.accepted, r.draft_seconds(), r.verify_seconds());
     }
   }
+  if (observer_) observer_(rounds);
   return rounds;
 }
 

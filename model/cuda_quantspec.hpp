@@ -19,6 +19,7 @@
 // gamma + 1.
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -53,6 +54,11 @@ class cuda_quantspec {
   const spec_decode_stats& stats() const { return stats_; }
   const gamma_controller& controller() const { return gamma_; }
 
+  // Called after each round with the slots' rounds (e.g. to trace their draft
+  // and verify spans); empty: none.
+  using round_observer = std::function<void(const std::vector<quantspec_round>&)>;
+  void on_round(round_observer f) { observer_ = std::move(f); }
+
  private:
   cuda_forward& fwd_;
   sampler sampler_;
@@ -61,6 +67,7 @@ class cuda_quantspec {
   int limit_ = 0;            // the most drafts per round (G, kv_max_append - 1, max_step_tokens - 1)
   std::uint64_t draws_ = 0;  // device sampling counter (prefill's first token)
   std::vector<float> logits_, q_, p_, scratch_;
+  round_observer observer_;
 };
 
 // The decode loop's backend (model/generator.hpp) over one slot: each pick()

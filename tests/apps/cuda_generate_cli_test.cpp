@@ -6,6 +6,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
 #include "apps/cli_runner.hpp"
 #include "memory/allocator.hpp"
 
@@ -15,6 +19,13 @@ namespace {
 using ::testing::HasSubstr;
 
 const std::string prompt = "The old man looked out over the sea and said that";
+
+std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
 
 TEST(CudaGenerateCli, GreedyAndSampledRunsOnTheDefaultModel) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device visible (or a build without CUDA)";
@@ -78,6 +89,32 @@ TEST(CudaGenerateCli, QuantSpecRunsOnTheDefaultModel) {
                               "' -n 300 --ignore-eos --temperature 0.8 --seed 3");
   ASSERT_EQ(s.exit_code, 0) << s.err;
   EXPECT_THAT(s.err, HasSubstr("tok/s"));
+}
+
+// --trace on the GPU path: the prefill and token spans, and QuantSpec's draft
+// and verify span per round, in a file that `trace summary` reads.
+TEST(CudaGenerateCli, TraceHasStepsAndQuantSpecRounds) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device visible (or a build without CUDA)";
+  temp_dir dir;
+  const auto plain = dir.path() / "plain.json", qs = dir.path() / "qs.json";
+  const auto p = run_specpipe("generate --device cuda --prompt '" + prompt + "' -n 8 --temperature 0 --trace '" +
+                              plain.string() + "'");
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  const std::string pt = slurp(plain);
+  EXPECT_THAT(pt, HasSubstr("\"name\":\"prefill\""));
+  EXPECT_THAT(pt, HasSubstr("\"name\":\"token\""));
+  EXPECT_THAT(pt, HasSubstr("cuda worker 0"));
+  const auto q = run_specpipe("generate --device cuda --kv quantspec --gamma 4 --prompt '" + prompt +
+                              "' -n 24 --temperature 0 --trace '" + qs.string() + "'");
+  ASSERT_EQ(q.exit_code, 0) << q.err;
+  EXPECT_THAT(q.err, HasSubstr("[trace: "));
+  const std::string qt = slurp(qs);
+  EXPECT_THAT(qt, HasSubstr("\"name\":\"draft\""));
+  EXPECT_THAT(qt, HasSubstr("\"name\":\"verify\""));
+  EXPECT_THAT(qt, HasSubstr("\"accepted\""));
+  const auto s = run_specpipe("trace summary '" + qs.string() + "'");
+  ASSERT_EQ(s.exit_code, 0) << s.err;
+  EXPECT_THAT(s.out, HasSubstr("cuda worker 0"));
 }
 
 TEST(CudaGenerateCli, SpeCachesPrefetchIsRefusedOnTheGpuForNow) {
