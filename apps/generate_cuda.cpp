@@ -33,8 +33,9 @@ void check_budget(double gib, std::size_t weights, std::size_t forward) {
 }
 
 // The decode loop's calls as spans on the "cuda worker 0" track: the
-// prefill, and each generated token (its step, and the pick that waits for
-// the device). QuantSpec rounds add their own draft/verify spans.
+// prefill, and each generated token ("decode": its step, and the pick that
+// waits for the device). QuantSpec rounds add their own draft/verify spans,
+// nested in the token span whose pick ran the round.
 class traced_backend final : public decode_backend {
  public:
   traced_backend(decode_backend& inner, trace_buffer& trace) : inner_(inner), trace_(trace) {}
@@ -52,7 +53,8 @@ class traced_backend final : public decode_backend {
   std::int32_t pick(std::int64_t index) override {
     const double t0 = index == 0 ? trace_now_us() : step_start_;
     const std::int32_t t = inner_.pick(index);
-    span(index == 0 ? "first token" : "token", t0, {{"index", double(index)}, {"length", double(length())}});
+    // "decode" on the compute category: what `specpipe trace summary` counts as steps.
+    span(index == 0 ? "first token" : "decode", t0, {{"index", double(index)}, {"length", double(length())}});
     return t;
   }
 
@@ -61,7 +63,7 @@ class traced_backend final : public decode_backend {
     trace_event e;
     e.track = track;
     e.name = name;
-    e.cat = "generate";
+    e.cat = trace_cat::compute;
     e.ts_us = t0;
     e.dur_us = trace_now_us() - t0;
     e.values = std::move(args);
@@ -147,7 +149,7 @@ int run_generate_cuda_quantspec(const model& m, const generation_request& req,
       trace_event draft;
       draft.track = "cuda worker 0";
       draft.name = "draft";
-      draft.cat = "quantspec";
+      draft.cat = trace_cat::compute;
       draft.ts_us = d0;
       draft.dur_us = v0 - d0;
       draft.values = {{"drafted", double(r.drafted)}};

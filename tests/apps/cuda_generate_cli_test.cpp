@@ -97,12 +97,15 @@ TEST(CudaGenerateCli, TraceHasStepsAndQuantSpecRounds) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device visible (or a build without CUDA)";
   temp_dir dir;
   const auto plain = dir.path() / "plain.json", qs = dir.path() / "qs.json";
-  const auto p = run_specpipe("generate --device cuda --prompt '" + prompt + "' -n 8 --temperature 0 --trace '" +
+  const auto p = run_specpipe("generate --device cuda --prompt '" + prompt + "' -n 8 --ignore-eos --temperature 0 --trace '" +
                               plain.string() + "'");
   ASSERT_EQ(p.exit_code, 0) << p.err;
   const std::string pt = slurp(plain);
   EXPECT_THAT(pt, HasSubstr("\"name\":\"prefill\""));
-  EXPECT_THAT(pt, HasSubstr("\"name\":\"token\""));
+  EXPECT_THAT(pt, HasSubstr("\"name\":\"decode\""));
+  const auto ps = run_specpipe("trace summary '" + plain.string() + "'");
+  ASSERT_EQ(ps.exit_code, 0) << ps.err;
+  EXPECT_THAT(ps.out, HasSubstr("decode steps 7"));  // 8 tokens: the first comes from the prefill
   EXPECT_THAT(pt, HasSubstr("cuda worker 0"));
   const auto q = run_specpipe("generate --device cuda --kv quantspec --gamma 4 --prompt '" + prompt +
                               "' -n 24 --temperature 0 --trace '" + qs.string() + "'");
