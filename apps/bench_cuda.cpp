@@ -16,6 +16,7 @@
 #include "kernels/cuda/attention.hpp"
 #include "kernels/cuda/quant_bench.hpp"
 #include "kernels/gather_bench.hpp"
+#include "apps/bench_cuda_timing.hpp"
 #include "kernels/cuda/device.hpp"
 #include "kernels/cuda/elementwise.hpp"
 #include "kernels/cuda/gemm.hpp"
@@ -41,31 +42,7 @@ namespace kc = kernels::cuda;
 
 namespace {
 
-constexpr double gib = 1024.0 * 1024.0 * 1024.0;
-
-struct timing {
-  double median = 0, spread = 0;
-};
-
-template <class F>
-timing time_events(void* stream, int warmup, int repeats, F&& body) {
-  kc::event_timer t;
-  for (int i = 0; i < warmup; ++i) body();
-  std::vector<double> ms;
-  for (int i = 0; i < repeats; ++i) {
-    t.start(stream);
-    body();
-    t.stop(stream);
-    ms.push_back(t.elapsed_ms());
-  }
-  std::sort(ms.begin(), ms.end());
-  return {ms[ms.size() / 2], ms.back() - ms.front()};
-}
-
-double used_gib() {
-  const auto m = kc::query_memory();
-  return double(m.total - m.free) / gib;
-}
+using namespace cuda_bench;
 
 // The GEMV v2 switches given on the command line, over cuda_forward's defaults.
 void apply_gemv_flags(const bench_options& o, cuda_forward_options& fo) {
@@ -81,11 +58,42 @@ std::string gemv_variant(const cuda_forward_options& fo) {
          (fo.gemv_k_split ? ", k-split" : ", no k-split") + ", unroll " + std::to_string(fo.gemv_unroll);
 }
 
-std::string fixed(double v, int digits) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.*f", digits, v);
-  return b;
-}
+// Random 4-bit codes of an n x k projection in the draft's format (g = 128;
+// the values do not matter for the time, scales and zeros are finite), and
+// the GEMV arguments over them for m rows of x [m][k] into y [m][n].
+struct int4_codes {
+  std::int64_t n, k, stride, groups;
+  buffer codes, sz;  // sz: scales [n][groups], then zeros
+  int4_codes(allocator& dev, std::int64_t n_, std::int64_t k_, kc::stream& st)
+      : n(n_),
+        k(k_),
+        stride(kernels::cpu::int4_code_stride(k_)),
+        groups((k_ + 127) / 128),
+        codes(dev, std::size_t(n_ * stride)),
+        sz(dev, std::size_t(2 * n_ * groups) * 2) {
+    kc::fill_uniform_bf16(codes.as<std::uint16_t>(), n * stride / 2, -1, 1, 9, st.get());
+    kc::fill_bytes(sz.data(), 0x3c, sz.size(), st.get());
+  }
+  double bytes() const { return double(kernels::cpu::int4_bytes(n, k, 128)); }
+  kc::int4_gemv_args args(const buffer& x, const buffer& y, std::int64_t m, int version, kc::gemm_out out) const {
+    kc::int4_gemv_args g;
+    g.version = version;
+    g.x = x.as<std::uint16_t>();
+    g.ldx = k;
+    g.codes = codes.as<std::uint8_t>();
+    g.code_stride = stride;
+    g.scale = sz.as<std::uint16_t>();
+    g.zero = sz.as<std::uint16_t>() + n * groups;
+    g.group = 128;
+    g.y = y.data();
+    g.ldy = n;
+    g.out = out;
+    g.m = m;
+    g.n = n;
+    g.k = k;
+    return g;
+  }
+};
 
 // The batch-1 GEMVs of one llama3-8b layer, as the decode step runs them,
 // per GEMV variant (loads in flight x k-split): each projection alone, the
@@ -260,29 +268,12 @@ void kernel_points(const bench_options& o, bench_report& r, const kc::device_pro
                                 "x" + std::to_string(kk),
                             t.median, t.spread, 0, wb, wb / r.copy_bandwidth * 1e3, used_gib()});
       }
-    // QuantSpec's draft: the same shape as 4-bit codes, g = 128 (the values
-    // do not matter for the time; scales and zeros are finite).
-    const std::int64_t stride = kernels::cpu::int4_code_stride(kk), groups = (kk + 127) / 128;
-    buffer codes(*dev, std::size_t(n * stride)), sz(*dev, std::size_t(2 * n * groups) * 2);
-    kc::fill_uniform_bf16(codes.as<std::uint16_t>(), n * stride / 2, -1, 1, 9, st.get());
-    kc::fill_bytes(sz.data(), 0x3c, sz.size(), st.get());
-    const double qb = double(kernels::cpu::int4_bytes(n, kk, 128));
+    // QuantSpec's draft: the same shape as 4-bit codes.
+    const int4_codes q(*dev, n, kk, st);
+    const double qb = q.bytes();
     for (const int version : {1, 2})
     for (const std::int64_t m : {1, 2, 4, 8}) {
-      kc::int4_gemv_args g;
-      g.version = version;
-      g.x = x.as<std::uint16_t>();
-      g.ldx = kk;
-      g.codes = codes.as<std::uint8_t>();
-      g.code_stride = stride;
-      g.scale = sz.as<std::uint16_t>();
-      g.zero = sz.as<std::uint16_t>() + n * groups;
-      g.group = 128;
-      g.y = y.data();
-      g.ldy = n;
-      g.m = m;
-      g.n = n;
-      g.k = kk;
+      const kc::int4_gemv_args g = q.args(x, y, m, version, kc::gemm_out::bf16);
       const auto t = time_events(st.get(), o.warmup, o.repeats, [&] { kc::int4_gemv(g, st.get()); });
       r.points.push_back({"gemv", m, 0, false,
                           std::string(version == 1 ? "int4 gemv v1 (CUDA cores) " : "int4 gemv v2 (tensor cores) ") +
@@ -302,30 +293,13 @@ void int4_gemv_points(const bench_options& o, bench_report& r) {
                                     {6144, 4096},  {28672, 4096}, {4096, 14336}};
   for (const auto& sh : shapes) {
     const std::int64_t n = sh[0], kk = sh[1];
-    const std::int64_t stride = kernels::cpu::int4_code_stride(kk), groups = (kk + 127) / 128;
-    buffer codes(*dev, std::size_t(n * stride)), sz(*dev, std::size_t(2 * n * groups) * 2);
+    const int4_codes q(*dev, n, kk, st);
     buffer x(*dev, std::size_t(8 * kk) * 2), y(*dev, std::size_t(8 * n) * 4);
-    kc::fill_uniform_bf16(codes.as<std::uint16_t>(), n * stride / 2, -1, 1, 9, st.get());
     kc::fill_uniform_bf16(x.as<std::uint16_t>(), 8 * kk, -1, 1, 8, st.get());
-    kc::fill_bytes(sz.data(), 0x3c, sz.size(), st.get());
-    const double qb = double(kernels::cpu::int4_bytes(n, kk, 128));
+    const double qb = q.bytes();
     for (const int version : {1, 2, 3})
       for (const std::int64_t m : {1, 4}) {
-        kc::int4_gemv_args g;
-        g.version = version;
-        g.x = x.as<std::uint16_t>();
-        g.ldx = kk;
-        g.codes = codes.as<std::uint8_t>();
-        g.code_stride = stride;
-        g.scale = sz.as<std::uint16_t>();
-        g.zero = sz.as<std::uint16_t>() + n * groups;
-        g.group = 128;
-        g.y = y.data();
-        g.ldy = n;
-        g.out = kc::gemm_out::f32;
-        g.m = m;
-        g.n = n;
-        g.k = kk;
+        const kc::int4_gemv_args g = q.args(x, y, m, version, kc::gemm_out::f32);
         const auto t = time_events(st.get(), o.warmup, o.repeats, [&] { kc::int4_gemv(g, st.get()); });
         r.points.push_back({"gemv", m, 0, false,
                             "int4 gemv v" + std::to_string(version) + " " + std::to_string(n) + "x" +

@@ -26,6 +26,7 @@
 #include "apps/quantspec_cli.hpp"
 
 #ifdef SPECPIPE_HAVE_CUDA
+#include "apps/bench_cuda_timing.hpp"
 #include "kernels/cuda/device.hpp"
 #include "memory/kv_layout.hpp"
 #include "model/cuda_forward.hpp"
@@ -47,37 +48,7 @@ namespace kc = kernels::cuda;
 
 namespace {
 
-constexpr double gib = 1024.0 * 1024.0 * 1024.0;
-
-struct timing {
-  double median = 0, spread = 0;
-};
-
-template <class F>
-timing time_events(void* stream, int warmup, int repeats, F&& body) {
-  kc::event_timer t;
-  for (int i = 0; i < warmup; ++i) body();
-  std::vector<double> ms;
-  for (int i = 0; i < repeats; ++i) {
-    t.start(stream);
-    body();
-    t.stop(stream);
-    ms.push_back(t.elapsed_ms());
-  }
-  std::sort(ms.begin(), ms.end());
-  return {ms[ms.size() / 2], ms.back() - ms.front()};
-}
-
-double used_gib() {
-  const auto m = kc::query_memory();
-  return double(m.total - m.free) / gib;
-}
-
-std::string fixed(double v, int digits) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.*f", digits, v);
-  return b;
-}
+using namespace cuda_bench;
 
 // Tokens a round of gamma drafts yields at per-token acceptance a.
 double expected_tokens(double a, int gamma) {

@@ -155,36 +155,37 @@ void cuda_forward::impl::prefill_staged(int slot, std::span<const std::int32_t> 
 // decode() (n = 1) and extend(): n rows per slot, every row's logits.
 void cuda_forward::impl::step(const char* who, std::span<const int> slots, std::int64_t n,
                               std::span<const std::int32_t> tokens, std::span<float> out_logits) {
-  const std::string name = std::string("cuda_forward::") + who;
+  // Built only for an error message: nothing is allocated on a good step's path.
+  const auto name = [who] { return std::string("cuda_forward::") + who; };
   const std::int64_t b = std::int64_t(slots.size());
   if (b < 1 || b > opt.max_batch)
-    throw std::invalid_argument(name + ": " + std::to_string(slots.size()) + " slots; expected 1.." +
+    throw std::invalid_argument(name() + ": " + std::to_string(slots.size()) + " slots; expected 1.." +
                                 std::to_string(opt.max_batch));
   const std::int64_t n_cap =
       quant ? std::min<std::int64_t>(opt.max_step_tokens, shape->max_append) : opt.max_step_tokens;
   if (n < 1 || (n > 1 && n > n_cap))
-    throw std::invalid_argument(name + ": " + std::to_string(n) + " tokens per slot; at most " +
+    throw std::invalid_argument(name() + ": " + std::to_string(n) + " tokens per slot; at most " +
                                 std::to_string(std::max<std::int64_t>(1, n_cap)) + " (max_step_tokens" +
                                 (quant ? ", kv_max_append)" : ")"));
   if (std::int64_t(tokens.size()) != b * n)
-    throw std::invalid_argument(name + ": " + std::to_string(tokens.size()) + " tokens for " + std::to_string(b) +
+    throw std::invalid_argument(name() + ": " + std::to_string(tokens.size()) + " tokens for " + std::to_string(b) +
                                 " slots of " + std::to_string(n) + " rows");
-  if (draft && !w.draft_group) throw std::logic_error(name + ": the model has no draft weights");
+  if (draft && !w.draft_group) throw std::logic_error(name() + ": the model has no draft weights");
   std::vector<bool> seen(std::size_t(opt.max_batch), false);
   for (std::size_t i = 0; i < slots.size(); ++i) {
     check_slot(slots[i]);
     if (seen[std::size_t(slots[i])])
-      throw std::invalid_argument(name + ": slot " + std::to_string(slots[i]) + " listed twice");
+      throw std::invalid_argument(name() + ": slot " + std::to_string(slots[i]) + " listed twice");
     seen[std::size_t(slots[i])] = true;
     if (lengths[std::size_t(slots[i])] + n > opt.max_context)
       throw std::invalid_argument(
-          name + ": slot " + std::to_string(slots[i]) + " holds " + std::to_string(lengths[std::size_t(slots[i])]) +
+          name() + ": slot " + std::to_string(slots[i]) + " holds " + std::to_string(lengths[std::size_t(slots[i])]) +
           " of " + std::to_string(opt.max_context) + " tokens; " + std::to_string(n) + " more do not fit");
   }
   for (std::size_t i = 0; i < tokens.size(); ++i) check_token(tokens[i], i);
   const std::int64_t m = b * n;
   if (!out_logits.empty() && std::int64_t(out_logits.size()) < m * c.vocab_size)
-    throw std::invalid_argument(name + ": logits must hold " + std::to_string(m) + " * vocab_size floats");
+    throw std::invalid_argument(name() + ": logits must hold " + std::to_string(m) + " * vocab_size floats");
   // Multi-query attention blocks: each slot's rows in runs of as many as
   // share a block's query columns.
   const int gq = int(c.num_attention_heads / c.num_key_value_heads);
@@ -200,7 +201,7 @@ void cuda_forward::impl::step(const char* who, std::span<const int> slots, std::
       nq = quantized_len[slot];
       f = groups_due(pos - nq, shape->flush_at, G);
       if (f > 1 || pos - nq - f * G + n > shape->win_cap)  // cuda_packed_kv.hpp: cannot happen
-        throw std::logic_error(name + ": slot " + std::to_string(slot) + " holds a window of " +
+        throw std::logic_error(name() + ": slot " + std::to_string(slot) + " holds a window of " +
                                std::to_string(pos - nq) + " tokens, more than one flush can make room for");
     }
     for (std::int64_t j = 0; j < n; ++j) {

@@ -13,7 +13,8 @@
 //   values: 4 k-steps of 8 tokens x D/32 channel blocks of MMAs (codes x
 //   P' = f16(p s_t)), + sum_t p z_t in f32 per value group.
 // The four warps' (m, l, o) are merged in shared memory at the end of the
-// split, and a combine kernel merges the splits (Flash-Decoding).
+// split, and a combine kernel merges the splits (Flash-Decoding;
+// packed_combine.cu).
 // INT8 read of the hierarchical cache: code = 16 U + L in [0, 255] (exact in
 // f16), k^ = (z - s/2) + (s/16) code (QuantSpec sec. 4.1).
 #include <cuda_bf16.h>
@@ -28,6 +29,7 @@
 
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/packed_attention.hpp"
+#include "kernels/cuda/packed_combine.hpp"
 #include "kernels/cuda/packed_fragments.hpp"
 #include "kernels/cuda/vec.cuh"
 
@@ -811,105 +813,6 @@ __global__ void __launch_bounds__(threads, 4) packed_attention_kernel(packed_att
   }
 }
 
-// Merges the splits by their running max and sum (Flash-Decoding).
-template <int D>
-__global__ void packed_combine_kernel(packed_attention_args a) {
-  detail::allow_dependent_launch();
-  const int h = blockIdx.x, e = blockIdx.y, d = threadIdx.x;
-  const std::int64_t bh = std::int64_t(e) * a.n_heads + h;
-  const float* part_o = a.partial + bh * a.splits * D;
-  const float* ml = a.partial + std::int64_t(a.entries) * a.n_heads * a.splits * D + bh * a.splits * 2;
-  float m = -INFINITY;
-  for (int s = 0; s < a.splits; ++s)
-    if (ml[2 * s + 1] > 0.f) m = fmaxf(m, ml[2 * s]);
-  float num = 0.f, den = 0.f;
-  for (int s = 0; s < a.splits; ++s) {
-    const float l = ml[2 * s + 1];
-    if (l > 0.f) {
-      const float w = exp2f(ml[2 * s] - m);
-      num = fmaf(w * l, part_o[s * D + d], num);
-      den = fmaf(w, l, den);
-    }
-  }
-  const std::int64_t at = std::int64_t(e) * a.ld_out + std::int64_t(h) * D + d;
-  if (a.out_f32)
-    a.out_f32[at] = num / den;
-  else
-    reinterpret_cast<bf16*>(a.out_bf16)[at] = __float2bfloat16(num / den);
-  if (a.ml && d == 0) {
-    a.ml[bh * 2 + 0] = m;
-    a.ml[bh * 2 + 1] = den;
-  }
-}
-
-// The same merge with the split weights computed once per block: the
-// threads take the splits in parallel (max, then weight w_s = 2^(m_s - m) l_s
-// into shared memory, and their sum), then each output element loads its
-// splits' partials unconditionally (a select drops empty splits, whose
-// partials were never written), so the loads of several splits are in flight
-// at once instead of v2's branch per split.
-template <int D>
-__global__ void packed_combine_staged_kernel(packed_attention_args a) {
-  detail::allow_dependent_launch();
-  extern __shared__ float wt_s[];  // [splits]
-  __shared__ float red_s[D / 32];
-  const int h = blockIdx.x, e = blockIdx.y, d = threadIdx.x, lane = d & 31, warp = d >> 5;
-  const std::int64_t bh = std::int64_t(e) * a.n_heads + h;
-  const float* part_o = a.partial + bh * a.splits * D;
-  const float* ml = a.partial + std::int64_t(a.entries) * a.n_heads * a.splits * D + bh * a.splits * 2;
-  float m = -INFINITY;
-  for (int s = d; s < a.splits; s += D)
-    if (ml[2 * s + 1] > 0.f) m = fmaxf(m, ml[2 * s]);
-  m = detail::warp_max(m);
-  if (lane == 0) red_s[warp] = m;
-  __syncthreads();
-  m = red_s[0];
-#pragma unroll
-  for (int w = 1; w < D / 32; ++w) m = fmaxf(m, red_s[w]);
-  __syncthreads();  // red_s is reused for the sum
-  float den = 0.f;
-  for (int s = d; s < a.splits; s += D) {
-    const float l = ml[2 * s + 1];
-    const float w = l > 0.f ? exp2f(ml[2 * s] - m) * l : 0.f;
-    wt_s[s] = w;
-    den += w;
-  }
-  den = detail::warp_sum(den);
-  if (lane == 0) red_s[warp] = den;
-  __syncthreads();
-  den = 0.f;
-#pragma unroll
-  for (int w = 0; w < D / 32; ++w) den += red_s[w];
-  float num = 0.f;
-#pragma unroll 8
-  for (int s = 0; s < a.splits; ++s) {
-    const float w = wt_s[s];
-    const float x = part_o[s * D + d];
-    num = w > 0.f ? fmaf(w, x, num) : num;
-  }
-  const std::int64_t at = std::int64_t(e) * a.ld_out + std::int64_t(h) * D + d;
-  if (a.out_f32)
-    a.out_f32[at] = num / den;
-  else
-    reinterpret_cast<bf16*>(a.out_bf16)[at] = __float2bfloat16(num / den);
-  if (a.ml && d == 0) {
-    a.ml[bh * 2 + 0] = m;
-    a.ml[bh * 2 + 1] = den;
-  }
-}
-
-__global__ void packed_probs_kernel(const float* scores, float* probs, std::int64_t stride, const float* ml,
-                                    const std::int32_t* entry_row, const std::int32_t* entry_len, int n_heads) {
-  const int h = blockIdx.x, e = blockIdx.y;
-  const int r = entry_row[e];
-  if (r < 0) return;
-  const std::int64_t bh = std::int64_t(e) * n_heads + h;
-  const float m = ml[bh * 2], inv = __frcp_rn(ml[bh * 2 + 1]);
-  const std::int64_t at = (std::int64_t(r) * n_heads + h) * stride;
-  const int len = entry_len[e];
-  for (int p = threadIdx.x; p < len; p += blockDim.x) probs[at + p] = __fmul_rn(exp2f(__fsub_rn(scores[at + p], m)), inv);
-}
-
 using kernel_fn = void (*)(packed_attention_args, launch_shape);
 
 template <int D, int NT>
@@ -1104,28 +1007,7 @@ void packed_attention(const packed_attention_args& in, stream_t s) {
   const dim3 grid(unsigned(a.splits), unsigned(a.cache.n_kv_heads), unsigned(a.block_first ? a.blocks : a.entries));
   k<<<grid, threads, std::size_t(sh.smem), as_stream(s)>>>(a, sh);
   CUDA_CHECK_LAUNCH();
-  const dim3 cgrid(unsigned(a.n_heads), unsigned(a.entries));
-  const std::size_t wbytes = std::size_t(a.splits) * 4;
-  if (a.combine == 1 && a.cache.head_dim == 128)
-    packed_combine_staged_kernel<128><<<cgrid, 128, wbytes, as_stream(s)>>>(a);
-  else if (a.combine == 1)
-    packed_combine_staged_kernel<64><<<cgrid, 64, wbytes, as_stream(s)>>>(a);
-  else if (a.cache.head_dim == 128)
-    packed_combine_kernel<128><<<cgrid, 128, 0, as_stream(s)>>>(a);
-  else
-    packed_combine_kernel<64><<<cgrid, 64, 0, as_stream(s)>>>(a);
-  CUDA_CHECK_LAUNCH();
-}
-
-void packed_attention_probs(const float* scores, float* probs, std::int64_t stride, const float* ml,
-                            const std::int32_t* entry_scores_row, const std::int32_t* entry_len, int entries,
-                            int n_heads, stream_t s) {
-  if (entries <= 0) return;
-  if (!scores || !probs || !ml || !entry_scores_row || !entry_len || stride < 1 || n_heads < 1)
-    throw std::invalid_argument("packed_attention_probs: scores, probs, ml, entry rows and lengths are required");
-  packed_probs_kernel<<<dim3(unsigned(n_heads), unsigned(entries)), 256, 0, as_stream(s)>>>(
-      scores, probs, stride, ml, entry_scores_row, entry_len, n_heads);
-  CUDA_CHECK_LAUNCH();
+  packed_combine(a, s);
 }
 
 }  // namespace specpipe::kernels::cuda
