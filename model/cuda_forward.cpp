@@ -53,8 +53,11 @@ double cuda_forward::kv_read_bytes_per_token(const model_config& c, const kv_mod
 
 namespace {
 bool quantized_mode(const cuda_forward_options& o) { return o.kv.format != kv_format::full; }
-// Rows of the largest multi-token step (decode: max_batch).
-std::int64_t step_rows(const cuda_forward_options& o) { return o.max_batch * std::max<std::int64_t>(1, o.max_step_tokens); }
+// Rows of the largest multi-token step (decode: max_batch; SpeCache's steps:
+// two per slot, the real and the speculative token).
+std::int64_t step_rows(const cuda_forward_options& o) {
+  return o.max_batch * std::max<std::int64_t>(o.specache_fetch ? 2 : 1, o.max_step_tokens);
+}
 std::int64_t scratch_rows(const cuda_forward_options& o) {
   return std::max<std::int64_t>(step_rows(o), o.prefill_chunk);
 }
@@ -91,7 +94,8 @@ std::size_t cuda_forward::device_bytes(const model_config& c, const cuda_forward
   const std::size_t logits = std::size_t(step_rows(o)) * std::size_t(c.vocab_size) * 4;
   const std::size_t partial = std::size_t(attention_rows(o)) * std::size_t(c.num_attention_heads) *
                               std::size_t(o.max_splits) * std::size_t(c.head_dim + 2) * 4;
-  return kv + act + logits + partial + prefill_scratch_bytes(c, o) + (std::size_t(32) << 20) /* cuBLAS workspace */;
+  return kv + act + logits + partial + prefill_scratch_bytes(c, o) + specache_device_bytes(c, o) +
+         (std::size_t(32) << 20) /* cuBLAS workspace */;
 }
 
 #ifndef SPECPIPE_HAVE_CUDA
@@ -114,7 +118,13 @@ bool cuda_forward::draft_weights() const { return false; }
 void cuda_forward::extend(std::span<const int>, std::int64_t, std::span<const std::int32_t>, std::span<float>) {}
 void cuda_forward::prefill(int, std::span<const std::int32_t>, std::span<float>) {}
 void cuda_forward::decode(std::span<const int>, std::span<const std::int32_t>, std::span<float>) {}
-void cuda_forward::select(const sampling_params&, std::uint64_t, std::span<std::int32_t>) {}
+void cuda_forward::specache_predecode(std::span<const int>, std::span<const std::int32_t>, std::span<float>) {}
+void cuda_forward::specache_step(std::span<const int>, std::span<const std::int32_t>, std::span<const std::int32_t>,
+                                 std::span<float>) {}
+void cuda_forward::specache_output_step(std::span<const int>, std::span<const std::int32_t>, std::span<float>) {}
+std::size_t cuda_forward::specache_host_bytes() const { return 0; }
+std::int64_t cuda_forward::specache_rows_fetched() const { return 0; }
+void cuda_forward::select(const sampling_params&, std::uint64_t, std::span<std::int32_t>, std::int64_t, std::int64_t) {}
 void cuda_forward::fill_random_kv(int, std::int64_t, std::uint64_t) {}
 void cuda_forward::synchronize() const {}
 void* cuda_forward::stream() const { return nullptr; }
@@ -156,6 +166,7 @@ cuda_forward::impl::impl(const cuda_model::impl& m, const cuda_forward_options& 
   ints_host = buffer(*pinned, int_arrays * r * 4);
   selected = buffer(*dev, std::size_t(step_rows(opt)) * 4);
   lengths.assign(std::size_t(opt.max_batch), 0);
+  if (opt.specache_fetch) spec_init();
   if (quant) {
     // The occupancy of each read this cache allows (hier: INT4 and INT8).
     for (const int bits : read_options()) {
@@ -185,6 +196,19 @@ cuda_forward::cuda_forward(const cuda_model& model, const cuda_forward_options& 
   if (options.packed_stages != 0 && (options.packed_stages < 2 || options.packed_stages > 4))
     throw std::invalid_argument("cuda_forward: packed_stages must be 0 (per format), 2, 3 or 4, got " +
                                 std::to_string(options.packed_stages));
+  if (options.specache_fetch) {
+    if (options.kv.format != kv_format::specache)
+      throw std::invalid_argument("cuda_forward: specache_fetch needs the specache KV format, not " +
+                                  options.kv.describe());
+    if (options.kv.topk < 1 || options.kv.topk > 1024)
+      throw std::invalid_argument("cuda_forward: specache's top-k must be in [1, 1024], got " +
+                                  std::to_string(options.kv.topk));
+    if (options.kv_max_append < 2)
+      throw std::invalid_argument("cuda_forward: specache steps append two rows (the speculative one); "
+                                  "kv_max_append must be >= 2");
+    if (options.specache_store_tokens == 0 || options.specache_store_tokens < -1)
+      throw std::invalid_argument("cuda_forward: specache_store_tokens must be -1 (max_context) or >= 1");
+  }
   impl_ = std::make_unique<impl>(model.get(), options);
 }
 
@@ -211,6 +235,7 @@ void cuda_forward::truncate(int slot, std::int64_t n) {
     auto& nq = impl_->quantized_len[std::size_t(slot)];
     if (n == 0) {
       len = nq = 0;
+      if (impl_->spec) impl_->spec->seeded[std::size_t(slot)] = false;
       return;
     }
     if (n < len && n < nq)
@@ -240,20 +265,27 @@ void cuda_forward::set_draft_weights(bool draft) {
 
 bool cuda_forward::draft_weights() const { return impl_->draft; }
 
-void cuda_forward::select(const sampling_params& p, std::uint64_t counter, std::span<std::int32_t> out) {
+void cuda_forward::select(const sampling_params& p, std::uint64_t counter, std::span<std::int32_t> out,
+                          std::int64_t first_row, std::int64_t rows) {
   auto& s = *impl_;
   if (s.last_rows < 1) throw std::logic_error("cuda_forward::select: no forward has run");
-  if (std::int64_t(out.size()) < s.last_rows)
-    throw std::invalid_argument("cuda_forward::select: out must hold " + std::to_string(s.last_rows) + " ids");
+  if (rows < 0) rows = s.last_rows - first_row;
+  if (first_row < 0 || rows < 1 || first_row + rows > s.last_rows)
+    throw std::invalid_argument("cuda_forward::select: rows [" + std::to_string(first_row) + ", +" +
+                                std::to_string(rows) + ") outside the last forward's " +
+                                std::to_string(s.last_rows));
+  if (std::int64_t(out.size()) < rows)
+    throw std::invalid_argument("cuda_forward::select: out must hold " + std::to_string(rows) + " ids");
   // sample_rows checks temperature, top_k and top_p itself.
   auto* sel = s.selected.as<std::int32_t>();
+  const float* logits = s.logits.as<float>() + first_row * s.c.vocab_size;
   if (p.temperature <= 0.f) {
-    kc::argmax_rows(s.logits.as<float>(), s.c.vocab_size, s.last_rows, s.c.vocab_size, sel, s.st.get());
+    kc::argmax_rows(logits, s.c.vocab_size, rows, s.c.vocab_size, sel, s.st.get());
   } else {
     kc::gpu_sampling g{p.temperature, p.top_k, p.top_p, p.seed, counter};
-    kc::sample_rows(s.logits.as<float>(), s.c.vocab_size, s.last_rows, s.c.vocab_size, g, sel, s.st.get());
+    kc::sample_rows(logits, s.c.vocab_size, rows, s.c.vocab_size, g, sel, s.st.get());
   }
-  kc::copy_to_host(out.data(), sel, std::size_t(s.last_rows) * 4, s.st.get());
+  kc::copy_to_host(out.data(), sel, std::size_t(rows) * 4, s.st.get());
   s.st.synchronize();
 }
 
@@ -299,6 +331,14 @@ void cuda_forward::fill_random_kv(int slot, std::int64_t length, std::uint64_t s
     }
     s.lengths[std::size_t(slot)] = length;
     s.quantized_len[std::size_t(slot)] = nq;
+    if (s.spec) {  // the host store's rows of the slot, random as well (written over the link)
+      const std::size_t run = std::size_t(s.spec->store_tokens) * std::size_t(2 * s.c.head_dim);
+      for (int l = 0; l < int(s.c.num_hidden_layers); ++l)
+        kc::fill_uniform_bf16(s.store_layer(l) + std::size_t(slot) * std::size_t(nkv) * run,
+                              std::int64_t(nkv) * std::int64_t(run), -1.f, 1.f,
+                              seed ^ (std::uint64_t(l * 4096 + slot) << 20) ^ 11u, s.st.get());
+      s.spec->seeded[std::size_t(slot)] = false;
+    }
     s.st.synchronize();
     return;
   }

@@ -99,6 +99,15 @@ struct cuda_forward_options {
   // max_batch * max_step_tokens rows).
   std::int64_t max_step_tokens = 1;
   std::int64_t kv_staging_tokens = -1;
+  // SpeCache's 16-bit rows (kv.format specache; model/cuda_specache.cpp):
+  // every appended token's bf16 K/V also goes to a pinned, device-mapped host
+  // store, and the specache_* steps fetch kv.topk of them per (layer, KV
+  // head) into the attention. Off: the low-bit copy alone (as kivi).
+  bool specache_fetch = false;
+  // Host store rows per (slot, KV head); -1: max_context. Benchmarks that
+  // cannot pin a store for every sequence's context alias positions modulo a
+  // smaller one (the fetched bytes and their scatter are the same).
+  std::int64_t specache_store_tokens = -1;
   int packed_stages = 0;  // cp.async stages of the packed attention: 2, 3 or 4; 0: per format
 };
 
@@ -153,10 +162,49 @@ class cuda_forward {
   void extend(std::span<const int> slots, std::int64_t n, std::span<const std::int32_t> tokens,
               std::span<float> logits = {});
 
+  // SpeCache (specache_fetch; DESIGN.md, SpeCache): the decode steps of the
+  // method, batched over distinct slots each at its own length.
+  //
+  // specache_predecode: the first generated token of each slot, one row over
+  // the low-bit cache alone; its attention picks (per layer and KV head) the
+  // rows the slot's next specache_step reads, and they are fetched before the
+  // call's work ends. The row is not kept: the token returns as that step's
+  // real token. Logits [batch, vocab] (the first speculative token).
+  void specache_predecode(std::span<const int> slots, std::span<const std::int32_t> tokens,
+                          std::span<float> logits = {});
+  // One step: the real token tokens[i] at length(slot) and the speculative
+  // token spec[i] at + 1 for slots[i], both over the low-bit cache with the
+  // slot's fetched rows substituted (the speculative row also sees the real
+  // one). Per layer, the speculative rows' attention picks the next step's
+  // rows; a planner stream ranks them and a transfer stream fetches them from
+  // the host store while the later layers compute. Only the real rows are
+  // kept (device window and host store). Logits [2 * batch, vocab]: the real
+  // rows, then the speculative ones. std::logic_error for a slot that no
+  // predecode has seeded since it was emptied.
+  void specache_step(std::span<const int> slots, std::span<const std::int32_t> tokens,
+                     std::span<const std::int32_t> spec, std::span<float> logits = {});
+  // The paper's non-speculative ablation (--prefetch output): one row per
+  // slot whose low-bit attention picks the rows now; the step fetches them
+  // (waiting for the link) and attends again with them. Logits [batch, vocab].
+  void specache_output_step(std::span<const int> slots, std::span<const std::int32_t> tokens,
+                            std::span<float> logits = {});
+  // Pinned host bytes of the store (0 without specache_fetch).
+  std::size_t specache_host_bytes() const;
+  static std::size_t specache_host_bytes(const model_config& config, const cuda_forward_options& options);
+  // Device bytes of SpeCache's fetch (fetched rows and positions, the
+  // planner's scores, top-k and scratch); part of device_bytes().
+  static std::size_t specache_device_bytes(const model_config& config, const cuda_forward_options& options);
+  // 16-bit rows fetched so far (every layer and KV head; 2 * head_dim * 2
+  // bytes each), counted from the top-k sizes the steps asked for.
+  std::int64_t specache_rows_fetched() const;
+
   // Picks one token per row of the last forward's logits on the device (one
-  // row after prefill, `batch` rows after decode, batch * n after extend): argmax at temperature 0,
-  // else kernels::cuda::sample_rows with draw counter `counter`.
-  void select(const sampling_params& params, std::uint64_t counter, std::span<std::int32_t> out);
+  // row after prefill, `batch` rows after decode, batch * n after extend):
+  // argmax at temperature 0, else kernels::cuda::sample_rows with draw
+  // counter `counter`. first_row / rows (-1: to the end) pick a range of
+  // those rows, e.g. a SpeCache step's real rows or its speculative ones.
+  void select(const sampling_params& params, std::uint64_t counter, std::span<std::int32_t> out,
+              std::int64_t first_row = 0, std::int64_t rows = -1);
 
   // Benchmarks: fills the first `length` positions of `slot` in every layer
   // with uniform bf16 values in [-1, 1] instead of running a prefill.

@@ -59,13 +59,18 @@ struct cuda_forward::impl {
   buffer scores;  // prefill attention S and P (prefill_scratch_bytes(), may be empty)
   // Per row: tokens, slots, positions, lens; quantized: packed tokens after
   // this forward's flush, first group to flush, groups to flush; per
-  // multi-query attention block: first row, rows.
-  static constexpr int int_arrays = 9;
+  // multi-query attention block: first row, rows. SpeCache (9..14): per store
+  // entry the slot, first position and rows copied to the host store; per
+  // attention entry its scores row (-1: none); per planner row the top-k's
+  // candidate positions and the slot.
+  static constexpr int int_arrays = 15;
+  enum ints_of : int { store_slot = 9, store_first = 10, store_count = 11, scores_row = 12, plan_len = 13, plan_slot = 14 };
   buffer ints_dev;   // int32 [int_arrays][rows]
   buffer ints_host;  // pinned mirror
   buffer selected;   // int32 [max_batch]
   std::vector<std::int64_t> lengths;
-  using step_key = std::tuple<int, int, int, bool>;  // batch, rows per slot, read bits, draft weights
+  // batch, rows per slot, read bits, draft weights, SpeCache phase
+  using step_key = std::tuple<int, int, int, bool, int>;
   std::map<step_key, kc::graph> graphs;              // captured steps
   std::map<step_key, int> eager_runs;                // eager steps so far per key
   bool draft = false;                                // multiply by the draft's 4-bit projections
@@ -83,6 +88,31 @@ struct cuda_forward::impl {
   buffer staging;                           // [layer][k|v][kv_head][staging_tokens][head_dim] bf16
   buffer aux_dev, aux_host;                 // int32 [8]: one-entry launches of the long prefill
   std::vector<std::int64_t> quantized_len;  // packed tokens per slot
+  // SpeCache's fetch (specache_fetch; model/cuda_specache.cpp).
+  enum class spec_phase : int { none = 0, predecode = 1, speculative = 2, output = 3 };
+  struct specache_state {
+    int k = 0;                       // rows per (layer, slot, KV head)
+    std::int64_t store_tokens = 0;   // host rows per (slot, KV head)
+    std::int64_t score_stride = 0;   // floats per scores row and head
+    buffer store;                    // pinned, mapped: [layer][slot][kv head][store_tokens][K | V] bf16
+    buffer pos, cnt;                 // int32 [layer][slot][kv head][k], [layer][slot][kv head]
+    buffer rows_k, rows_v;           // bf16 [layer][slot][kv head][k][head_dim]
+    buffer top_pos, top_cnt;         // planner output, int32 [layer][row][kv head][k], [layer][row][kv head]
+    buffer top_scratch;              // topk_gqa's
+    buffer scores;                   // f32 [layer % 2][row][head][score_stride]
+    buffer ml;                       // f32 [layer % 2][entry][head][2]
+    kc::stream planner, transfer;
+    std::vector<kc::stream_event> attended, planned, fetched;  // per layer
+    std::vector<bool> seeded;        // per slot: rows fetched for its next step
+    spec_phase now = spec_phase::none;
+    int real = 0;                    // real rows (= planner rows) of the running forward
+    std::int64_t rows_fetched = 0;
+  };
+  std::unique_ptr<specache_state> spec;
+  int store_entries = 0;      // > 0: layers() copies these entries' new rows to the host store
+  int store_max_rows = 1;     // most rows of one store entry
+  bool store_staged = false;  // the rows are in the staging area (a long prefill)
+
   // Resident packed-attention blocks per SM: read bits -> one query per
   // block; -(bits * 64 + queries) -> multi-query blocks of that many rows.
   mutable std::map<int, int> packed_blocks_per_sm;  // filled lazily from const packed_args
@@ -327,6 +357,25 @@ struct cuda_forward::impl {
 
   // A prefill through the staging rows (see the file comment).
   void prefill_staged(int slot, std::span<const std::int32_t> tokens);
+
+  // Runs layers(m) for a step of shape `key`: the captured graph, or eagerly
+  // (the first time, or without graphs), or captures it (the second time).
+  void run_step(const step_key& key, std::int64_t m);
+
+  // ---- SpeCache (model/cuda_specache.cpp) ----
+  void spec_init();  // allocates specache_state
+  std::uint16_t* store_layer(int l) const;
+  // After the append: the store entries' new rows to the host store.
+  void spec_store(int l);
+  // The attention of layer l in a SpeCache phase, with the planner and
+  // transfer work it starts.
+  void spec_attention(int l, std::int64_t m);
+  void spec_plan(int l, const float* scores, const float* ml, kc::stream_t s);
+  void spec_fetch(int l, kc::stream_t s);
+  // After the last layer: the compute stream waits for the last fetch.
+  void spec_join();
+  void spec_forward(spec_phase ph, const char* who, std::span<const int> slots, std::span<const std::int32_t> tokens,
+                    std::span<const std::int32_t> spec_tokens, std::span<float> out_logits);
 
   // decode() (n = 1) and extend(): n rows per slot, every row's logits.
   void step(const char* who, std::span<const int> slots, std::int64_t n, std::span<const std::int32_t> tokens,

@@ -136,6 +136,7 @@ void cuda_forward::impl::layers(std::int64_t m, int prefill_slot, std::int64_t p
     ra.n_kv_heads = int(c.num_key_value_heads);
     ra.head_dim = int(c.head_dim);
     kc::rope_append(ra, st.get());
+    if (store_entries > 0) spec_store(l);  // SpeCache: the new rows to the host store
     if (prefill_slot >= 0) {
       kc::prefill_attention_args pa;
       pa.q = qkv.as<std::uint16_t>();
@@ -155,6 +156,8 @@ void cuda_forward::impl::layers(std::int64_t m, int prefill_slot, std::int64_t p
       if (!opt.prefill_attention_cublas ||
           !kc::prefill_attention_cublas(blas.get(), pa, scores.data(), scores.size(), st.get()))
         kc::prefill_attention(pa, st.get());
+    } else if (spec && spec->now != spec_phase::none) {
+      spec_attention(l, m);
     } else if (quant) {
       kc::packed_attention(packed_args(l, m), st.get());
     } else {
@@ -193,6 +196,9 @@ void cuda_forward::impl::layers(std::int64_t m, int prefill_slot, std::int64_t p
   gemm(xn.as<std::uint16_t>(), h, w.lm_head_ptr(), logits.data(), c.vocab_size, kc::gemm_out::f32, false, logit_rows,
        c.vocab_size, h);
   last_rows = logit_rows;
+  // SpeCache: the last layers' fetches overlap the final norm and lm_head;
+  // the step ends when they are done (a graph must join its streams).
+  if (spec && (spec->now == spec_phase::predecode || spec->now == spec_phase::speculative)) spec_join();
 }
 
 }  // namespace specpipe

@@ -46,8 +46,14 @@ void cuda_forward::impl::prefill_rows(int slot, std::span<const std::int32_t> to
     host_ints(3)[i] = std::int32_t(len + i + 1);
     set_quant_row(i, nq + f * G, nq / G, i == 0 ? f : 0);
   }
+  host_ints(store_slot)[0] = slot;
+  host_ints(store_first)[0] = std::int32_t(len);
+  host_ints(store_count)[0] = std::int32_t(n);
   upload_ints();
+  store_entries = spec ? 1 : 0;
+  store_max_rows = int(n);
   layers(n, -1, 0, 1);
+  store_entries = 0;
   len += n;
   nq += f * G;
 }
@@ -139,9 +145,23 @@ void cuda_forward::impl::prefill_staged(int slot, std::span<const std::int32_t> 
       host_ints(2)[i] = std::int32_t(len + i);
       host_ints(3)[i] = std::int32_t(len + i + 1);
     }
+    host_ints(store_slot)[0] = slot;  // the host store takes the slot's own index
+    host_ints(store_first)[0] = std::int32_t(len);
+    host_ints(store_count)[0] = std::int32_t(m);
     upload_ints();
     const bool last = off + std::size_t(m) == tokens.size();
-    layers(m, slot, len, last ? 1 : 0);
+    store_entries = spec ? 1 : 0;
+    store_max_rows = int(m);
+    store_staged = true;
+    try {
+      layers(m, slot, len, last ? 1 : 0);
+    } catch (...) {
+      store_entries = 0;
+      store_staged = false;
+      throw;
+    }
+    store_entries = 0;
+    store_staged = false;
     len += m;
   }
   // 4. The groups the CPU would flush at the next append, then the rest of
@@ -150,6 +170,34 @@ void cuda_forward::impl::prefill_staged(int slot, std::span<const std::int32_t> 
   flush(nq / G, f2, true);
   nq += f2 * G;
   move_rows(nq, len - nq, false);
+}
+
+// Runs layers(m) for a step of shape `key`: the captured graph, or eagerly
+// (the first time, or without graphs), or captures it (the second time).
+void cuda_forward::impl::run_step(const step_key& key, std::int64_t m) {
+  auto g = graphs.find(key);
+  if (g != graphs.end()) {
+    g->second.launch(st.get());
+    last_rows = m;
+  } else if (!opt.use_graphs || eager_runs[key] < 1) {
+    // The first step of each shape runs eagerly: kernels configure their
+    // shared-memory limits and cuBLAS picks its algorithms outside a capture.
+    layers(m, -1, 0, m);
+    ++eager_runs[key];
+  } else {
+    kc::graph::begin_capture(st.get());
+    try {
+      layers(m, -1, 0, m);
+    } catch (...) {
+      try {
+        kc::graph::end_capture(st.get());
+      } catch (...) {}
+      throw;
+    }
+    auto captured = kc::graph::end_capture(st.get());
+    captured.launch(st.get());
+    graphs.emplace(key, std::move(captured));
+  }
 }
 
 // decode() (n = 1) and extend(): n rows per slot, every row's logits.
@@ -218,8 +266,15 @@ void cuda_forward::impl::step(const char* who, std::span<const int> slots, std::
         host_ints(8)[blocks] = std::int32_t(std::min(per_block, n - j));
       }
     if (quant) quantized_len[slot] = nq + f * shape->layout.group;
+    if (spec) {  // SpeCache's host store keeps every appended row
+      host_ints(store_slot)[i] = std::int32_t(slot);
+      host_ints(store_first)[i] = std::int32_t(pos);
+      host_ints(store_count)[i] = std::int32_t(n);
+    }
   }
   upload_ints();
+  store_entries = spec ? int(b) : 0;
+  store_max_rows = int(n);
   step_blocks = blocks;
   step_max_queries = int(per_block);
   struct reset {
@@ -227,32 +282,10 @@ void cuda_forward::impl::step(const char* who, std::span<const int> slots, std::
     ~reset() {
       s.step_blocks = 0;
       s.step_max_queries = 1;
+      s.store_entries = 0;
     }
   } reset_after{*this};
-  const step_key key{int(b), int(n), quant ? read_bits : 0, draft};
-  auto g = graphs.find(key);
-  if (g != graphs.end()) {
-    g->second.launch(st.get());
-    last_rows = m;
-  } else if (!opt.use_graphs || eager_runs[key] < 1) {
-    // The first step of each shape runs eagerly: kernels configure their
-    // shared-memory limits and cuBLAS picks its algorithms outside a capture.
-    layers(m, -1, 0, m);
-    ++eager_runs[key];
-  } else {
-    kc::graph::begin_capture(st.get());
-    try {
-      layers(m, -1, 0, m);
-    } catch (...) {
-      try {
-        kc::graph::end_capture(st.get());
-      } catch (...) {}
-      throw;
-    }
-    auto captured = kc::graph::end_capture(st.get());
-    captured.launch(st.get());
-    graphs.emplace(key, std::move(captured));
-  }
+  run_step(step_key{int(b), int(n), quant ? read_bits : 0, draft, 0}, m);
   for (std::int64_t i = 0; i < b; ++i) lengths[std::size_t(slots[std::size_t(i)])] += n;
   if (!out_logits.empty()) {
     kc::copy_to_host(out_logits.data(), logits.data(), std::size_t(m * c.vocab_size) * 4, st.get());

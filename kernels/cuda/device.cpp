@@ -81,6 +81,20 @@ float event_timer::elapsed_ms() const {
   return ms;
 }
 
+stream_event::stream_event() {
+  cudaEvent_t e = nullptr;
+  CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  e_ = e;
+}
+stream_event::~stream_event() {
+  if (e_) cudaEventDestroy(static_cast<cudaEvent_t>(e_));
+}
+stream_event::stream_event(stream_event&& o) noexcept : e_(std::exchange(o.e_, nullptr)) {}
+void stream_event::record(stream_t s) { CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(e_), as_stream(s))); }
+void stream_event::wait_on(stream_t s) const {
+  CUDA_CHECK(cudaStreamWaitEvent(as_stream(s), static_cast<cudaEvent_t>(e_), 0));
+}
+
 graph::~graph() {
   if (exec_) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
 }

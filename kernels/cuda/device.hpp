@@ -75,6 +75,25 @@ class event_timer {
   void* stop_ = nullptr;
 };
 
+// An ordering point between streams (no timing): record() on one stream,
+// then wait_on() makes another stream's later work wait for everything
+// issued before the record, on the device (no host sync). Inside a graph
+// capture the pair becomes an edge of the graph.
+class stream_event {
+ public:
+  stream_event();
+  ~stream_event();
+  stream_event(const stream_event&) = delete;
+  stream_event& operator=(const stream_event&) = delete;
+  stream_event(stream_event&& o) noexcept;
+  stream_event& operator=(stream_event&&) = delete;
+  void record(stream_t s);
+  void wait_on(stream_t s) const;  // s waits for the last record
+
+ private:
+  void* e_ = nullptr;
+};
+
 // A CUDA graph captured from the work issued on a stream between begin and
 // end; replays it with launch().
 class graph {

@@ -362,9 +362,10 @@ __global__ void __launch_bounds__(threads, 4) packed_attention_kernel(packed_att
   int rep_count = 0, rc = 0;
   std::int64_t rep_base = 0;
   if (mixed) {
-    rep_base = (std::int64_t(e) * nkv + kh) * a.rows.stride;
+    const std::int64_t ri = a.rows.entry_index ? a.rows.entry_index[e] : e;
+    rep_base = (ri * nkv + kh) * a.rows.stride;
     rep_pos = a.rows.positions + rep_base;
-    rep_count = a.rows.count[std::int64_t(e) * nkv + kh];
+    rep_count = a.rows.count[ri * nkv + kh];
   }
   float* score_row = nullptr;
   if (a.scores) {

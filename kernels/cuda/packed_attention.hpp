@@ -71,13 +71,17 @@ struct packed_cache_view {
   int value_groups() const { return head_dim / value_group(); }
 };
 
-// SpeCache's replaced rows: per (entry, KV head) up to `stride` strictly
+// SpeCache's replaced rows: per (index, KV head) up to `stride` strictly
 // increasing positions, and their K/V rows (bf16 or f16) at
-// ((entry * n_kv_heads + h) * stride + r) * head_dim. A position may lie in
-// the packed part or in the window; its row wins either way.
+// ((index * n_kv_heads + h) * stride + r) * head_dim, where an entry's index
+// is entry_index[e] (device; null: e itself), so that the entries of one
+// sequence (SpeCache's real and speculative rows) read one set, kept per
+// slot. A position may lie in the packed part or in the window; its row wins
+// either way.
 struct replaced_rows {
-  const std::int32_t* positions = nullptr;  // [entries][n_kv_heads][stride], device
-  const std::int32_t* count = nullptr;      // [entries][n_kv_heads], device
+  const std::int32_t* positions = nullptr;  // [indices][n_kv_heads][stride], device
+  const std::int32_t* count = nullptr;      // [indices][n_kv_heads], device
+  const std::int32_t* entry_index = nullptr;  // [entries], device; null: identity
   int stride = 0;
   const std::uint16_t* k = nullptr;
   const std::uint16_t* v = nullptr;

@@ -197,7 +197,11 @@ struct run_options {
   std::vector<int> splits{1, 3};
   std::vector<int> stages{3};
   std::vector<variant> variants{std::begin(all_variants), std::end(all_variants)};
-  const replaced* rows = nullptr;
+  const replaced* rows = nullptr;  // per entry, as the CPU reference reads them
+  // The device's rows instead, one set per index, entry e reading set
+  // entry_index[e] (replaced_rows::entry_index); null: `rows` as they are.
+  const replaced* device_rows = nullptr;
+  std::vector<std::int32_t> entry_index;
   bool probs = false;       // compare probabilities of every entry
   bool exact_full = false;  // rows replace everything: compare to full attention, tight
   // Multi-query blocks (first entry, count); empty: one entry per block.
@@ -289,13 +293,15 @@ void run_case(allocator& dev, const format_case& fc, int d, int kv_heads, int gq
     bfirst_d.emplace(dev, bfirst_h);
     bcount_d.emplace(dev, bcount_h);
   }
-  std::optional<dev_array<std::int32_t>> rp, rcnt;
+  std::optional<dev_array<std::int32_t>> rp, rcnt, ridx;
   std::optional<dev_array<std::uint16_t>> rk, rv;
   if (ro.rows) {
-    rp.emplace(dev, ro.rows->pos);
-    rcnt.emplace(dev, ro.rows->count);
-    rk.emplace(dev, ro.rows->k);
-    rv.emplace(dev, ro.rows->v);
+    const replaced& dr = ro.device_rows ? *ro.device_rows : *ro.rows;
+    rp.emplace(dev, dr.pos);
+    rcnt.emplace(dev, dr.count);
+    rk.emplace(dev, dr.k);
+    rv.emplace(dev, dr.v);
+    if (ro.device_rows) ridx.emplace(dev, ro.entry_index);
   }
   const int max_splits = 16;
   dev_array<float> part(dev, kc::packed_attention_scratch_floats(n, heads, d, max_splits));
@@ -320,6 +326,7 @@ void run_case(allocator& dev, const format_case& fc, int d, int kv_heads, int gq
         a.rows.k = rk->get();
         a.rows.v = rv->get();
         a.rows.f16 = ro.rows->f16;
+        if (ridx) a.rows.entry_index = ridx->get();
       }
       if (ro.probs) {
         a.scores = scores.get();
@@ -462,6 +469,51 @@ TEST_F(cuda_packed_attention, mixed_rows_match_cpu_mixed_attention) {
       ro.splits = {1, 3};
       run_case(*dev_, fc, 128, 2, 4, 64, shapes, es, 70, seed, ro);
     }
+}
+
+// The entries' rows taken from another set: `sets` holds one set per index,
+// the result one per entry (entry e a copy of set index[e]), for the CPU.
+replaced expand_sets(const replaced& sets, const std::vector<std::int32_t>& index, int kv_heads, int d) {
+  replaced r;
+  r.stride = sets.stride;
+  r.f16 = sets.f16;
+  const std::size_t per_pos = std::size_t(kv_heads * sets.stride), per_row = per_pos * std::size_t(d);
+  for (const std::int32_t i : index) {
+    const std::size_t at = std::size_t(i);
+    r.pos.insert(r.pos.end(), sets.pos.begin() + std::ptrdiff_t(at * per_pos),
+                 sets.pos.begin() + std::ptrdiff_t((at + 1) * per_pos));
+    r.count.insert(r.count.end(), sets.count.begin() + std::ptrdiff_t(at * std::size_t(kv_heads)),
+                   sets.count.begin() + std::ptrdiff_t((at + 1) * std::size_t(kv_heads)));
+    r.k.insert(r.k.end(), sets.k.begin() + std::ptrdiff_t(at * per_row),
+               sets.k.begin() + std::ptrdiff_t((at + 1) * per_row));
+    r.v.insert(r.v.end(), sets.v.begin() + std::ptrdiff_t(at * per_row),
+               sets.v.begin() + std::ptrdiff_t((at + 1) * per_row));
+    r.pos64.push_back(sets.pos64[at]);
+    r.count64.push_back(sets.count64[at]);
+  }
+  return r;
+}
+
+// SpeCache's step: the real and the speculative row of a slot (and rows of
+// other slots between them) read the slot's one set of fetched rows.
+TEST_F(cuda_packed_attention, entries_share_rows_through_an_index) {
+  unsigned seed = 1550;
+  for (const auto& fc : {formats[0], formats[3], formats[5]}) {
+    const std::vector<slot_shape> shapes = {{5, 23}, {2, 64}};
+    // Sets for slot 0 and slot 1 (as long as their longest entries).
+    const std::vector<entry> set_shapes = {{0, 5 * 64 + 23}, {1, 2 * 64 + 64}};
+    std::mt19937 rng(++seed);
+    const auto sets = make_replaced(set_shapes, 2, 128, 40, false, false, rng);
+    const std::vector<entry> es = {{0, 5 * 64 + 23}, {1, 2 * 64 + 64}, {0, 5 * 64 + 24}, {1, 2 * 64 + 65}};
+    const std::vector<std::int32_t> index = {0, 1, 0, 1};
+    const auto rows = expand_sets(sets, index, 2, 128);
+    run_options ro;
+    ro.rows = &rows;
+    ro.device_rows = &sets;
+    ro.entry_index = index;
+    ro.splits = {1, 3};
+    run_case(*dev_, fc, 128, 2, 4, 64, {{5, 25}, {2, 66}}, es, 70, seed, ro);
+  }
 }
 
 TEST_F(cuda_packed_attention, every_position_replaced_equals_full_attention) {

@@ -1,0 +1,18 @@
+#pragma once
+// SpeCache's fetch on the GPU: the CUDA twin of kernels::cpu::fetch_rows
+// (kernels/fetch_rows.hpp). One block per (KV head, planner row): the block
+// ranks its top-k positions in shared memory (ascending, as the mixed
+// attention reads them), then its threads copy the rows with 16-byte loads
+// from the store (the device alias of mapped pinned host memory: zero-copy
+// reads over the link), every load of a pass issued before any store so that
+// many reads are in flight per thread.
+#include "kernels/cuda/cuda_error.hpp"
+#include "kernels/fetch_rows.hpp"
+
+namespace specpipe::kernels::cuda {
+
+// Validates (std::invalid_argument naming the field: head_dim a multiple of
+// 8, k at most 1024, 16-byte aligned store and rows) and launches on `s`.
+void fetch_rows(const fetch_rows_args& a, stream_t s);
+
+}  // namespace specpipe::kernels::cuda

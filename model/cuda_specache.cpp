@@ -1,0 +1,356 @@
+// SpeCache on the GPU (cuda_forward with specache_fetch; DESIGN.md,
+// SpeCache): the host store, the per-layer planner and transfer work, and
+// the predecode / speculative / output steps.
+//
+// Where things live:
+//  * host store: pinned, device-mapped bf16 rows [layer][slot][kv head]
+//    [store_tokens][K | V]. Every appended row is written there by the
+//    layer that appends it (copy_rows into mapped memory, right after RoPE),
+//    prompt rows included, so the store never lags the window.
+//  * fetched rows: per layer and slot, up to k positions per KV head
+//    (ascending) and their K/V rows on the device; the packed attention reads
+//    them in place of the codes (replaced_rows, indexed by slot, so the real
+//    and speculative rows of a slot share one set).
+//  * the step's rows: the real tokens of all slots first, then the
+//    speculative ones (entry e < b real, e >= b speculative at position + 1).
+//
+// Per layer of a speculative step (and of a predecode, whose single row
+// plays the speculative one's part):
+//   compute:  ... attention(l) [reads rows(l); writes scores(l % 2), ml(l % 2)]
+//             --record attended(l)--> o-proj, MLP, layer l + 1 ...
+//   planner:  wait attended(l); topk(l) over the speculative rows' scores,
+//             candidates = the positions packed when the next step attends;
+//             record planned(l)
+//   transfer: wait planned(l); fetch(l): sort, then read the rows from the
+//             host store over the link into rows(l); record fetched(l)
+// Attention l + 2 waits planned(l) before it reuses scores(l % 2). After the
+// logits the compute stream waits for the last fetch, so a step (and its CUDA
+// graph: the waits are the graph's edges) ends with the next step's rows in
+// place; the fetches of layer l overlap the compute of layers l + 1 .. L - 1.
+//
+// Output prefetch (the ablation): per layer, attention over the low-bit cache
+// with scores, top-k and fetch on the compute stream (it waits for the link),
+// attention again with the rows.
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "model/cuda_forward.hpp"
+
+#ifdef SPECPIPE_HAVE_CUDA
+#include "kernels/cuda/fetch_rows.hpp"
+#include "kernels/cuda/quantize.hpp"
+#include "kernels/cuda/topk.hpp"
+#include "model/cuda_forward_impl.hpp"
+#endif
+
+namespace specpipe {
+
+namespace {
+std::int64_t store_tokens_of(const cuda_forward_options& o) {
+  return o.specache_store_tokens > 0 ? std::min(o.specache_store_tokens, o.max_context) : o.max_context;
+}
+// Scores per (row, head): up to the speculative row's length (max_context
+// + 1), padded to 16 bytes.
+std::int64_t score_stride_of(const cuda_forward_options& o) { return (o.max_context + 1 + 3) / 4 * 4; }
+}  // namespace
+
+std::size_t cuda_forward::specache_host_bytes(const model_config& c, const cuda_forward_options& o) {
+  if (!o.specache_fetch) return 0;
+  return std::size_t(c.num_hidden_layers) * std::size_t(o.max_batch) * std::size_t(c.num_key_value_heads) *
+         std::size_t(store_tokens_of(o)) * std::size_t(c.head_dim) * 4;
+}
+
+std::size_t cuda_forward::specache_device_bytes(const model_config& c, const cuda_forward_options& o) {
+  if (!o.specache_fetch) return 0;
+  const std::size_t L = std::size_t(c.num_hidden_layers), b = std::size_t(o.max_batch);
+  const std::size_t nkv = std::size_t(c.num_key_value_heads), nh = std::size_t(c.num_attention_heads);
+  const std::size_t k = std::size_t(std::max(1, o.kv.topk)), d = std::size_t(c.head_dim);
+  const std::size_t stride = std::size_t(score_stride_of(o));
+  const std::size_t rows = L * b * nkv * k * d * 2 * 2;         // K and V, bf16
+  const std::size_t positions = 2 * L * b * nkv * (k + 1) * 4;  // fetched + planned, with counts
+  const std::size_t scores = 2 * b * nh * stride * 4;
+  const std::size_t ml = 2 * 2 * b * nh * 2 * 4;
+  const std::size_t scratch = b * nkv * stride * 4;  // topk_scratch_floats
+  return rows + positions + scores + ml + scratch;
+}
+
+#ifdef SPECPIPE_HAVE_CUDA
+
+void cuda_forward::impl::spec_init() {
+  auto S = std::make_unique<specache_state>();
+  const std::size_t L = std::size_t(c.num_hidden_layers), b = std::size_t(opt.max_batch);
+  const std::size_t nkv = std::size_t(c.num_key_value_heads), nh = std::size_t(c.num_attention_heads);
+  const std::size_t d = std::size_t(c.head_dim);
+  S->k = opt.kv.topk;
+  const std::size_t k = std::size_t(S->k);
+  S->store_tokens = store_tokens_of(opt);
+  S->score_stride = score_stride_of(opt);
+  S->store = buffer(*pinned, cuda_forward::specache_host_bytes(c, opt));
+  S->pos = buffer(*dev, L * b * nkv * k * 4);
+  S->cnt = buffer(*dev, L * b * nkv * 4);
+  S->rows_k = buffer(*dev, L * b * nkv * k * d * 2);
+  S->rows_v = buffer(*dev, L * b * nkv * k * d * 2);
+  S->top_pos = buffer(*dev, L * b * nkv * k * 4);
+  S->top_cnt = buffer(*dev, L * b * nkv * 4);
+  S->top_scratch = buffer(*dev, kc::topk_scratch_floats(int(b), int(nkv), int(S->score_stride)) * 4);
+  S->scores = buffer(*dev, 2 * b * nh * std::size_t(S->score_stride) * 4);
+  S->ml = buffer(*dev, 2 * 2 * b * nh * 2 * 4);
+  kc::fill_bytes(S->cnt.data(), 0, S->cnt.size(), st.get());  // no rows until a predecode fetches some
+  S->attended.resize(L);
+  S->planned.resize(L);
+  S->fetched.resize(L);
+  S->seeded.assign(b, false);
+  st.synchronize();
+  spec = std::move(S);
+}
+
+std::uint16_t* cuda_forward::impl::store_layer(int l) const {
+  const std::size_t per_layer = std::size_t(opt.max_batch) * std::size_t(c.num_key_value_heads) *
+                                std::size_t(spec->store_tokens) * std::size_t(2 * c.head_dim);
+  return spec->store.as<std::uint16_t>() + std::size_t(l) * per_layer;
+}
+
+void cuda_forward::impl::spec_store(int l) {
+  const std::int64_t d = c.head_dim;
+  kc::row_copy_args a;
+  a.from = store_staged ? staging_source(l) : ring_source(l);
+  a.to_k = store_layer(l);
+  a.to_v = store_layer(l) + d;
+  a.to_row_stride = 2 * d;
+  a.to_head_stride = spec->store_tokens * 2 * d;
+  a.to_slot_stride = c.num_key_value_heads * a.to_head_stride;
+  a.to_ring = spec->store_tokens;
+  a.entry_slot = dev_ints(store_slot);
+  a.entry_first = dev_ints(store_first);
+  a.entry_count = dev_ints(store_count);
+  a.entries = store_entries;
+  a.n_kv_heads = int(c.num_key_value_heads);
+  a.head_dim = int(d);
+  a.max_rows = store_max_rows;
+  kc::copy_rows(a, st.get());
+}
+
+namespace {
+std::size_t layer_rows(const cuda_forward::impl& s) {
+  return std::size_t(s.opt.max_batch) * std::size_t(s.c.num_key_value_heads) * std::size_t(s.spec->k);
+}
+}  // namespace
+
+void cuda_forward::impl::spec_plan(int l, const float* scores, const float* ml, kc::stream_t s) {
+  auto& S = *spec;
+  kc::topk_args t;
+  t.values = scores;
+  t.stride = S.score_stride;
+  t.ml = ml;
+  t.row_len = dev_ints(plan_len);
+  t.rows = S.real;
+  t.n_heads = int(c.num_attention_heads);
+  t.n_kv_heads = int(c.num_key_value_heads);
+  t.k = S.k;
+  t.positions = S.top_pos.as<std::int32_t>() + std::size_t(l) * layer_rows(*this);
+  t.count = S.top_cnt.as<std::int32_t>() + std::size_t(l) * std::size_t(opt.max_batch * c.num_key_value_heads);
+  t.scratch = S.top_scratch.as<float>();
+  t.max_len = int(S.score_stride);
+  kc::topk_gqa(t, s);
+}
+
+void cuda_forward::impl::spec_fetch(int l, kc::stream_t s) {
+  auto& S = *spec;
+  const std::size_t heads = std::size_t(opt.max_batch * c.num_key_value_heads);
+  kernels::fetch_rows_args f;
+  f.topk_positions = S.top_pos.as<std::int32_t>() + std::size_t(l) * layer_rows(*this);
+  f.topk_count = S.top_cnt.as<std::int32_t>() + std::size_t(l) * heads;
+  f.k = S.k;
+  f.row_slot = dev_ints(plan_slot);
+  f.store = store_layer(l);
+  f.store_tokens = S.store_tokens;
+  f.rows = S.real;
+  f.n_kv_heads = int(c.num_key_value_heads);
+  f.head_dim = int(c.head_dim);
+  f.positions = S.pos.as<std::int32_t>() + std::size_t(l) * layer_rows(*this);
+  f.count = S.cnt.as<std::int32_t>() + std::size_t(l) * heads;
+  f.k_rows = S.rows_k.as<std::uint16_t>() + std::size_t(l) * layer_rows(*this) * std::size_t(c.head_dim);
+  f.v_rows = S.rows_v.as<std::uint16_t>() + std::size_t(l) * layer_rows(*this) * std::size_t(c.head_dim);
+  kc::fetch_rows(f, s);
+}
+
+void cuda_forward::impl::spec_attention(int l, std::int64_t m) {
+  auto& S = *spec;
+  const std::size_t nh = std::size_t(c.num_attention_heads);
+  const std::size_t heads = std::size_t(opt.max_batch * c.num_key_value_heads);
+  float* scores = S.scores.as<float>() + std::size_t(l % 2) * std::size_t(opt.max_batch) * nh *
+                                             std::size_t(S.score_stride);
+  float* ml = S.ml.as<float>() + std::size_t(l % 2) * 2 * std::size_t(opt.max_batch) * nh * 2;
+  auto with_rows = [&](kc::packed_attention_args& a) {
+    a.rows.positions = S.pos.as<std::int32_t>() + std::size_t(l) * layer_rows(*this);
+    a.rows.count = S.cnt.as<std::int32_t>() + std::size_t(l) * heads;
+    a.rows.entry_index = dev_ints(1);  // the slot: real and speculative rows share its set
+    a.rows.stride = S.k;
+    a.rows.k = S.rows_k.as<std::uint16_t>() + std::size_t(l) * layer_rows(*this) * std::size_t(c.head_dim);
+    a.rows.v = S.rows_v.as<std::uint16_t>() + std::size_t(l) * layer_rows(*this) * std::size_t(c.head_dim);
+  };
+  auto with_scores = [&](kc::packed_attention_args& a) {
+    a.scores = scores;
+    a.entry_scores_row = dev_ints(scores_row);
+    a.scores_stride = S.score_stride;
+    a.ml = ml;
+  };
+  const auto cs = st.get();
+  if (S.now == spec_phase::output) {
+    auto low = packed_args(l, m);  // pass 1: the low-bit cache alone picks the rows
+    with_scores(low);
+    kc::packed_attention(low, cs);
+    spec_plan(l, scores, ml, cs);
+    spec_fetch(l, cs);
+    auto mixed = packed_args(l, m);  // pass 2: with them
+    with_rows(mixed);
+    kc::packed_attention(mixed, cs);
+    return;
+  }
+  auto a = packed_args(l, m);
+  with_scores(a);
+  if (S.now == spec_phase::speculative) with_rows(a);
+  if (l >= 2) S.planned[std::size_t(l - 2)].wait_on(cs);  // scores(l % 2) read by then
+  kc::packed_attention(a, cs);
+  // The planner's rows are the speculative entries (predecode: the only ones).
+  const float* plan_ml = ml + (S.now == spec_phase::speculative ? std::size_t(S.real) * nh * 2 : 0);
+  S.attended[std::size_t(l)].record(cs);
+  S.attended[std::size_t(l)].wait_on(S.planner.get());
+  spec_plan(l, scores, plan_ml, S.planner.get());
+  S.planned[std::size_t(l)].record(S.planner.get());
+  S.planned[std::size_t(l)].wait_on(S.transfer.get());
+  spec_fetch(l, S.transfer.get());
+  S.fetched[std::size_t(l)].record(S.transfer.get());
+}
+
+void cuda_forward::impl::spec_join() {
+  const std::size_t last = spec->fetched.size() - 1;
+  spec->planned[last].wait_on(st.get());
+  spec->fetched[last].wait_on(st.get());
+}
+
+void cuda_forward::impl::spec_forward(spec_phase ph, const char* who, std::span<const int> slots,
+                                      std::span<const std::int32_t> tokens, std::span<const std::int32_t> spec_tokens,
+                                      std::span<float> out_logits) {
+  const auto name = [who] { return std::string("cuda_forward::") + who; };
+  if (!spec) throw std::logic_error(name() + ": SpeCache's fetch is off (cuda_forward_options::specache_fetch)");
+  if (draft) throw std::logic_error(name() + ": SpeCache steps run the 16-bit weights");
+  const bool two = ph == spec_phase::speculative;
+  const std::int64_t b = std::int64_t(slots.size()), per = two ? 2 : 1, m = b * per;
+  if (b < 1 || b > opt.max_batch)
+    throw std::invalid_argument(name() + ": " + std::to_string(b) + " slots; expected 1.." +
+                                std::to_string(opt.max_batch));
+  if (std::int64_t(tokens.size()) != b || (two && std::int64_t(spec_tokens.size()) != b))
+    throw std::invalid_argument(name() + ": one token" + (two ? " and one speculative token" : std::string()) +
+                                " per slot expected");
+  if (!out_logits.empty() && std::int64_t(out_logits.size()) < m * c.vocab_size)
+    throw std::invalid_argument(name() + ": logits must hold " + std::to_string(m) + " * vocab_size floats");
+  std::vector<bool> seen(std::size_t(opt.max_batch), false);
+  for (std::int64_t i = 0; i < b; ++i) {
+    const int slot = slots[std::size_t(i)];
+    check_slot(slot);
+    if (seen[std::size_t(slot)]) throw std::invalid_argument(name() + ": slot " + std::to_string(slot) + " listed twice");
+    seen[std::size_t(slot)] = true;
+    if (lengths[std::size_t(slot)] + 1 > opt.max_context)
+      throw std::invalid_argument(name() + ": slot " + std::to_string(slot) + " is full (" +
+                                  std::to_string(opt.max_context) + " tokens)");
+    if (lengths[std::size_t(slot)] == 0)
+      throw std::invalid_argument(name() + ": slot " + std::to_string(slot) + " is empty; prefill it first");
+    if (two && !spec->seeded[std::size_t(slot)])
+      throw std::logic_error(name() + ": slot " + std::to_string(slot) +
+                             " has no fetched rows yet; its first token goes through specache_predecode");
+    check_token(tokens[std::size_t(i)], std::size_t(i));
+    if (two) check_token(spec_tokens[std::size_t(i)], std::size_t(i));
+  }
+  const std::int64_t G = shape->layout.group;
+  st.synchronize();  // the pinned mirror may still feed the previous copy
+  std::int64_t fetched = 0;
+  for (std::int64_t i = 0; i < b; ++i) {
+    const int slot = slots[std::size_t(i)];
+    const std::int64_t pos = lengths[std::size_t(slot)], nq = quantized_len[std::size_t(slot)];
+    const std::int64_t f = groups_due(pos - nq, shape->flush_at, G);
+    if (f > 1 || pos - nq - f * G + per > shape->win_cap)  // cuda_packed_kv.hpp: cannot happen
+      throw std::logic_error(name() + ": slot " + std::to_string(slot) + " holds a window of " +
+                             std::to_string(pos - nq) + " tokens, more than one flush can make room for");
+    const std::int64_t after = nq + f * G;
+    // The real row.
+    host_ints(0)[i] = tokens[std::size_t(i)];
+    host_ints(1)[i] = slot;
+    host_ints(2)[i] = std::int32_t(pos);
+    host_ints(3)[i] = std::int32_t(pos + 1);
+    set_quant_row(i, after, nq / G, f);
+    host_ints(scores_row)[i] = two ? -1 : std::int32_t(i);
+    host_ints(store_slot)[i] = slot;
+    host_ints(store_first)[i] = std::int32_t(pos);
+    host_ints(store_count)[i] = 1;
+    if (two) {  // the speculative row at pos + 1, attending the real one too
+      const std::int64_t e = b + i;
+      host_ints(0)[e] = spec_tokens[std::size_t(i)];
+      host_ints(1)[e] = slot;
+      host_ints(2)[e] = std::int32_t(pos + 1);
+      host_ints(3)[e] = std::int32_t(pos + 2);
+      set_quant_row(e, after, nq / G, 0);
+      host_ints(scores_row)[e] = std::int32_t(i);
+    }
+    // The planner's candidates: what is packed when the slot's next step
+    // attends (output: this step). A predecode's next step runs at pos, a
+    // speculative step's at pos + 1; each flushes before it appends.
+    std::int64_t candidates = after;
+    if (ph != spec_phase::output) {
+      const std::int64_t next = ph == spec_phase::predecode ? pos : pos + 1;
+      candidates = after + groups_due(next - after, shape->flush_at, G) * G;
+    }
+    host_ints(plan_len)[i] = std::int32_t(candidates);
+    host_ints(plan_slot)[i] = slot;
+    fetched += std::min<std::int64_t>(spec->k, candidates);
+    quantized_len[std::size_t(slot)] = after;
+  }
+  upload_ints();
+  spec->now = ph;
+  spec->real = int(b);
+  store_entries = ph == spec_phase::predecode ? 0 : int(b);  // a predecode's row is not kept
+  store_max_rows = 1;
+  struct reset {
+    impl& s;
+    ~reset() {
+      s.spec->now = spec_phase::none;
+      s.store_entries = 0;
+    }
+  } reset_after{*this};
+  run_step(step_key{int(b), int(per), read_bits, false, int(ph)}, m);
+  spec->rows_fetched += fetched * c.num_hidden_layers * c.num_key_value_heads;
+  for (std::int64_t i = 0; i < b; ++i) {
+    const std::size_t slot = std::size_t(slots[std::size_t(i)]);
+    if (ph != spec_phase::predecode) lengths[slot] += 1;
+    if (ph != spec_phase::output) spec->seeded[slot] = true;
+  }
+  if (!out_logits.empty()) {
+    kc::copy_to_host(out_logits.data(), logits.data(), std::size_t(m * c.vocab_size) * 4, st.get());
+    st.synchronize();
+  }
+}
+
+void cuda_forward::specache_predecode(std::span<const int> slots, std::span<const std::int32_t> tokens,
+                                      std::span<float> logits) {
+  impl_->spec_forward(impl::spec_phase::predecode, "specache_predecode", slots, tokens, {}, logits);
+}
+
+void cuda_forward::specache_step(std::span<const int> slots, std::span<const std::int32_t> tokens,
+                                 std::span<const std::int32_t> spec, std::span<float> logits) {
+  impl_->spec_forward(impl::spec_phase::speculative, "specache_step", slots, tokens, spec, logits);
+}
+
+void cuda_forward::specache_output_step(std::span<const int> slots, std::span<const std::int32_t> tokens,
+                                        std::span<float> logits) {
+  impl_->spec_forward(impl::spec_phase::output, "specache_output_step", slots, tokens, {}, logits);
+}
+
+std::size_t cuda_forward::specache_host_bytes() const { return impl_->spec ? impl_->spec->store.size() : 0; }
+
+std::int64_t cuda_forward::specache_rows_fetched() const { return impl_->spec ? impl_->spec->rows_fetched : 0; }
+
+#endif
+
+}  // namespace specpipe

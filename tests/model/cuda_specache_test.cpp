@@ -1,0 +1,330 @@
+// SpeCache on the GPU (cuda_forward with specache_fetch,
+// model/cuda_specache.cpp) on a random model: with a top-k covering the
+// context every packed row is replaced by its 16-bit row from the host
+// store, so the real rows' logits must match the full bf16 cache's
+// (speculative and output prefetch, prompts through the ring and through
+// the staging area, decode across many flushes); with a small top-k the
+// fetched rows must bring the logits closer to full than the low-bit cache
+// alone; slots of different lengths batched together equal each run alone,
+// graphs equal eager launches; the host store and the device buffers match
+// their accounting; misuse is refused. Skipped without a device.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "memory/allocator.hpp"
+#include "model/cuda_forward.hpp"
+#include "model/kv_mode.hpp"
+#include "support/random_weights.hpp"
+
+namespace specpipe {
+namespace {
+
+double rel_error(const float* got, const float* ref, std::size_t n) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!std::isfinite(got[i])) return INFINITY;
+    const double d = double(got[i]) - double(ref[i]);
+    num += d * d;
+    den += double(ref[i]) * double(ref[i]);
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+std::int32_t argmax(const float* v, std::int64_t n) { return std::int32_t(std::max_element(v, v + n) - v); }
+
+class cuda_specache : public ::testing::Test {
+ protected:
+  void SetUp() override {
+#ifndef SPECPIPE_HAVE_CUDA
+    GTEST_SKIP() << "built without the CUDA backend (-DSPECPIPE_CUDA=OFF)";
+#else
+    if (!cuda_available()) GTEST_SKIP() << "no CUDA device visible";
+#endif
+  }
+};
+
+model_config small_config() {
+  model_config c;
+  c.model_type = "llama";
+  c.vocab_size = 300;
+  c.hidden_size = 256;
+  c.intermediate_size = 680;
+  c.num_hidden_layers = 3;
+  c.num_attention_heads = 8;
+  c.num_key_value_heads = 2;
+  c.head_dim = 64;
+  c.max_position_embeddings = 2048;
+  c.rope.theta = 10000.0;
+  return c;
+}
+
+kv_mode specache_mode(int topk, bool output) {
+  kv_mode m = parse_kv_mode("specache", 1, 32, 16);  // G = 32, R = 16: a flush every 32 steps
+  set_specache_flags(m, topk, output ? "output" : "speculative");
+  return m;
+}
+
+std::vector<std::int32_t> random_tokens(std::size_t n, std::uint32_t vocab, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::vector<std::int32_t> t(n);
+  for (auto& x : t) x = std::int32_t(rng() % vocab);
+  return t;
+}
+
+// Logits of the prompt and of `steps` forced tokens on the full bf16 cache.
+std::vector<std::vector<float>> full_logits(const cuda_model& gm, const std::vector<std::int32_t>& prompt,
+                                            const std::vector<std::int32_t>& forced, std::int64_t capacity) {
+  const auto& c = gm.config();
+  cuda_forward_options o;
+  o.max_context = capacity;
+  o.prefill_chunk = 32;
+  cuda_forward fwd(gm, o);
+  std::vector<std::vector<float>> out;
+  std::vector<float> logits(std::size_t(c.vocab_size));
+  fwd.prefill(0, prompt, logits);
+  out.push_back(logits);
+  const int slot = 0;
+  for (const std::int32_t t : forced) {
+    fwd.decode(std::span(&slot, 1), std::span(&t, 1), logits);
+    out.push_back(logits);
+  }
+  return out;
+}
+
+// SpeCache driven as the generate loop drives it, for one slot: a
+// predecode seeds the rows, then each step feeds the real token and the
+// speculative one (argmax of the previous speculative row). Returns the real
+// rows' logits (the prompt's first).
+struct spec_run {
+  std::vector<std::vector<float>> logits;
+  std::int64_t rows_fetched = 0;
+};
+spec_run run_specache(cuda_forward& fwd, int slot, const std::vector<std::int32_t>& prompt,
+                      const std::vector<std::int32_t>& forced, bool output) {
+  const auto& c = fwd.config();
+  const std::size_t V = std::size_t(c.vocab_size);
+  spec_run r;
+  std::vector<float> logits(V), two(2 * V);
+  fwd.prefill(slot, prompt, logits);
+  r.logits.push_back(logits);
+  std::int32_t spec = -1;
+  for (const std::int32_t t : forced) {
+    if (output) {
+      fwd.specache_output_step(std::span(&slot, 1), std::span(&t, 1), logits);
+      r.logits.push_back(logits);
+      continue;
+    }
+    if (spec < 0) {
+      fwd.specache_predecode(std::span(&slot, 1), std::span(&t, 1), logits);
+      spec = argmax(logits.data(), c.vocab_size);
+    }
+    fwd.specache_step(std::span(&slot, 1), std::span(&t, 1), std::span(&spec, 1), two);
+    r.logits.emplace_back(two.begin(), two.begin() + std::ptrdiff_t(V));
+    spec = argmax(two.data() + V, c.vocab_size);
+  }
+  r.rows_fetched = fwd.specache_rows_fetched();
+  return r;
+}
+
+TEST_F(cuda_specache, topk_covering_the_context_matches_the_full_cache) {
+  const auto c = small_config();
+  const auto m = test::random_weights(c, 17, 0.1f, dtype::bf16);
+  cuda_model gm(c, m.w);
+  const int steps = 70;  // two flushes past the prompt
+  for (const std::size_t prompt_len : {std::size_t(150), std::size_t(9)})
+    for (const bool output : {false, true}) {
+      SCOPED_TRACE(std::string(output ? "output" : "speculative") + " prefetch, prompt " +
+                   std::to_string(prompt_len));
+      const auto prompt = random_tokens(prompt_len, std::uint32_t(c.vocab_size), 5);
+      const auto forced = random_tokens(std::size_t(steps), std::uint32_t(c.vocab_size), 6);
+      const std::int64_t cap = std::int64_t(prompt_len) + steps + 8;
+      const auto want = full_logits(gm, prompt, forced, cap);
+      cuda_forward_options o;
+      o.max_context = cap;
+      o.prefill_chunk = 32;
+      o.kv = specache_mode(int(cap), output);
+      o.specache_fetch = true;
+      cuda_forward fwd(gm, o);
+      const auto got = run_specache(fwd, 0, prompt, forced, output);
+      ASSERT_EQ(got.logits.size(), want.size());
+      EXPECT_GT(fwd.quantized(0), 2 * 32) << "the packed part must be exercised";
+      int greedy = 0;
+      for (std::size_t s = 0; s < want.size(); ++s) {
+        // Every attended value is the same bf16 as the full cache's; only
+        // the summation order differs (packed attention in f32 against
+        // flash-decoding), a relative change near 1e-5 per layer.
+        const double err = rel_error(got.logits[s].data(), want[s].data(), want[s].size());
+        EXPECT_LE(err, 2e-3) << "step " << s;
+        std::vector<float> sorted = want[s];
+        std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
+        if (sorted[0] - sorted[1] > 1e-2 * std::fabs(sorted[0])) {
+          EXPECT_EQ(argmax(got.logits[s].data(), c.vocab_size), argmax(want[s].data(), c.vocab_size))
+              << "greedy token of step " << s;
+          ++greedy;
+        }
+      }
+      EXPECT_GE(greedy, steps / 2);
+      EXPECT_GT(got.rows_fetched, 0);
+    }
+}
+
+TEST_F(cuda_specache, fetched_rows_bring_the_logits_closer_to_full) {
+  const auto c = small_config();
+  const auto m = test::random_weights(c, 23, 0.1f, dtype::bf16);
+  cuda_model gm(c, m.w);
+  const int steps = 40;
+  const auto prompt = random_tokens(300, std::uint32_t(c.vocab_size), 7);
+  const auto forced = random_tokens(std::size_t(steps), std::uint32_t(c.vocab_size), 8);
+  const std::int64_t cap = 300 + steps + 8;
+  const auto want = full_logits(gm, prompt, forced, cap);
+  auto mean_error = [&](const std::vector<std::vector<float>>& got) {
+    double sum = 0;
+    for (std::size_t s = 1; s < want.size(); ++s) sum += rel_error(got[s].data(), want[s].data(), want[s].size());
+    return sum / double(want.size() - 1);
+  };
+  // The low-bit copy alone: the same cache with nothing fetched.
+  cuda_forward_options lo;
+  lo.max_context = cap;
+  lo.prefill_chunk = 32;
+  lo.kv = specache_mode(64, false);
+  cuda_forward low(gm, lo);
+  std::vector<std::vector<float>> low_logits;
+  {
+    std::vector<float> logits(std::size_t(c.vocab_size));
+    low.prefill(0, prompt, logits);
+    low_logits.push_back(logits);
+    const int slot = 0;
+    for (const std::int32_t t : forced) {
+      low.decode(std::span(&slot, 1), std::span(&t, 1), logits);
+      low_logits.push_back(logits);
+    }
+  }
+  const double low_err = mean_error(low_logits);
+  for (const bool output : {false, true}) {
+    SCOPED_TRACE(output ? "output prefetch" : "speculative prefetch");
+    cuda_forward_options o = lo;
+    o.kv = specache_mode(24, output);  // 24 of ~270 packed rows per head
+    o.specache_fetch = true;
+    cuda_forward fwd(gm, o);
+    const auto got = run_specache(fwd, 0, prompt, forced, output);
+    const double err = mean_error(got.logits);
+    EXPECT_LT(err, 0.9 * low_err) << "specache " << err << " against the low-bit cache alone " << low_err;
+    // Each step fetches min(k, candidates) rows per layer and KV head (a
+    // predecode too, in speculative mode).
+    const std::int64_t per_step = 24 * c.num_hidden_layers * c.num_key_value_heads;
+    EXPECT_EQ(got.rows_fetched, per_step * (steps + (output ? 0 : 1)));
+  }
+}
+
+TEST_F(cuda_specache, batched_slots_equal_each_slot_alone_and_graphs_equal_eager) {
+  const auto c = small_config();
+  const auto m = test::random_weights(c, 29, 0.1f, dtype::bf16);
+  cuda_model gm(c, m.w);
+  const int steps = 40;
+  const std::vector<std::vector<std::int32_t>> prompts = {random_tokens(150, std::uint32_t(c.vocab_size), 9),
+                                                          random_tokens(77, std::uint32_t(c.vocab_size), 10),
+                                                          random_tokens(20, std::uint32_t(c.vocab_size), 11)};
+  const auto forced = random_tokens(std::size_t(steps), std::uint32_t(c.vocab_size), 12);
+  cuda_forward_options o;
+  o.max_context = 150 + steps + 8;
+  o.prefill_chunk = 32;
+  o.kv = specache_mode(16, false);
+  o.specache_fetch = true;
+  o.max_batch = 3;
+  const std::size_t V = std::size_t(c.vocab_size);
+  // Alone, eager launches, in slot 2 (another slot than the batch gives it).
+  std::vector<spec_run> alone;
+  for (const auto& p : prompts) {
+    cuda_forward_options eager = o;
+    eager.use_graphs = false;
+    cuda_forward one(gm, eager);
+    alone.push_back(run_specache(one, 2, p, forced, false));
+  }
+  // Together: slots 0, 1, 2 in one batch, replayed as CUDA graphs.
+  cuda_forward fwd(gm, o);
+  const std::vector<int> slots = {0, 1, 2};
+  std::vector<float> logits(3 * V), two(6 * V);
+  for (int i = 0; i < 3; ++i) fwd.prefill(i, prompts[std::size_t(i)]);
+  std::vector<std::int32_t> toks(3, forced[0]), spec(3);
+  fwd.specache_predecode(slots, toks, logits);
+  for (int i = 0; i < 3; ++i) spec[std::size_t(i)] = argmax(logits.data() + std::size_t(i) * V, c.vocab_size);
+  for (int s = 0; s < steps; ++s) {
+    std::fill(toks.begin(), toks.end(), forced[std::size_t(s)]);
+    fwd.specache_step(slots, toks, spec, two);
+    for (int i = 0; i < 3; ++i) {
+      SCOPED_TRACE("slot " + std::to_string(i) + " step " + std::to_string(s));
+      const auto& ref = alone[std::size_t(i)].logits[std::size_t(s + 1)];
+      EXPECT_LE(rel_error(two.data() + std::size_t(i) * V, ref.data(), V), 1e-4);
+      spec[std::size_t(i)] = argmax(two.data() + (3 + std::size_t(i)) * V, c.vocab_size);
+    }
+  }
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(fwd.length(i), std::int64_t(prompts[std::size_t(i)].size()) + steps);
+}
+
+TEST_F(cuda_specache, memory_matches_its_accounting_and_misuse_is_refused) {
+  const auto c = small_config();
+  const auto m = test::random_weights(c, 31, 0.1f, dtype::bf16);
+  cuda_model gm(c, m.w);
+  cuda_forward_options o;
+  o.max_context = 200;
+  o.max_batch = 2;
+  o.prefill_chunk = 32;
+  o.kv = specache_mode(16, false);
+  o.specache_fetch = true;
+  // [layer][slot][kv head][token][K | V] bf16.
+  EXPECT_EQ(cuda_forward::specache_host_bytes(c, o), std::size_t(3 * 2 * 2 * 200 * 64 * 2 * 2));
+  cuda_forward_options no_fetch = o;
+  no_fetch.specache_fetch = false;
+  EXPECT_EQ(cuda_forward::specache_host_bytes(c, no_fetch), 0u);
+  EXPECT_EQ(cuda_forward::specache_device_bytes(c, no_fetch), 0u);
+  EXPECT_GT(cuda_forward::device_bytes(c, o), cuda_forward::device_bytes(c, no_fetch) +
+                                                  cuda_forward::specache_device_bytes(c, o) - 1);
+  cuda_forward_options aliased = o;
+  aliased.specache_store_tokens = 50;
+  EXPECT_EQ(cuda_forward::specache_host_bytes(c, aliased), std::size_t(3 * 2 * 2 * 50 * 64 * 2 * 2));
+
+  cuda_forward fwd(gm, o);
+  EXPECT_EQ(fwd.specache_host_bytes(), cuda_forward::specache_host_bytes(c, o));
+  const auto prompt = random_tokens(40, std::uint32_t(c.vocab_size), 13);
+  fwd.prefill(0, prompt);
+  const int slot = 0, other = 1;
+  const std::int32_t t = 5;
+  EXPECT_THROW(fwd.specache_step(std::span(&slot, 1), std::span(&t, 1), std::span(&t, 1)), std::logic_error)
+      << "a step before any predecode has no rows";
+  EXPECT_THROW(fwd.specache_predecode(std::span(&other, 1), std::span(&t, 1)), std::invalid_argument)
+      << "an empty slot";
+  const std::int32_t bad = std::int32_t(c.vocab_size);
+  EXPECT_THROW(fwd.specache_predecode(std::span(&slot, 1), std::span(&bad, 1)), std::invalid_argument);
+  fwd.specache_predecode(std::span(&slot, 1), std::span(&t, 1));
+  EXPECT_EQ(fwd.length(0), 40) << "a predecode keeps no row";
+  fwd.specache_step(std::span(&slot, 1), std::span(&t, 1), std::span(&t, 1));
+  EXPECT_EQ(fwd.length(0), 41) << "a step keeps the real row only";
+  std::vector<std::int32_t> picked(2);
+  fwd.select(sampling_params{}, 0, picked, 1, 1);  // the speculative row alone
+  EXPECT_THROW(fwd.select(sampling_params{}, 0, picked, 1, 2), std::invalid_argument);
+  fwd.truncate(0, 0);
+  fwd.prefill(0, prompt);
+  EXPECT_THROW(fwd.specache_step(std::span(&slot, 1), std::span(&t, 1), std::span(&t, 1)), std::logic_error)
+      << "emptying a slot drops its rows";
+  // Plain decode steps still work and keep the store complete.
+  fwd.decode(std::span(&slot, 1), std::span(&t, 1));
+  EXPECT_EQ(fwd.length(0), 41);
+
+  cuda_forward_options wrong = o;
+  wrong.kv = parse_kv_mode("kivi", 1, 32, 16);
+  EXPECT_THROW({ cuda_forward f(gm, wrong); }, std::invalid_argument);
+  cuda_forward_options no_rows = o;
+  no_rows.specache_fetch = false;
+  cuda_forward plain(gm, no_rows);
+  plain.prefill(0, prompt);
+  EXPECT_THROW(plain.specache_predecode(std::span(&slot, 1), std::span(&t, 1)), std::logic_error);
+}
+
+}  // namespace
+}  // namespace specpipe
