@@ -157,6 +157,9 @@ int bench_main(int argc, char** argv) {
     ("gpu-memory", po::value(&o.gpu_memory_gib)->default_value(0.0),
      "CUDA decode: GiB the run may use on the GPU (weights + caches + scratch), e.g. 48 to emulate a 48 GB card; "
      "0: the whole device")
+    ("host-memory", po::value(&o.host_memory_gib)->default_value(32.0),
+     "CUDA decode, specache: pinned host memory for the 16-bit store; when every sequence's context does not fit, "
+     "positions alias modulo a shorter store (same bytes fetched)")
     ("max-batch", "CUDA decode: time each --kv mode at the largest batch that fits --gpu-memory (instead of --batch)")
     ("kernels", "time decode attention and the decode GEMV alone against their rooflines")
     ("gather-only", "with --kernels: only the sparse gather benchmarks (every path, row pattern and arena)")
@@ -171,7 +174,7 @@ int bench_main(int argc, char** argv) {
      "bits of the --kv modes given without :BITS, where valid: kivi (1/2/4) and hier (4/8)")
     ("group", po::value(&kv_group)->default_value(0), "quantization group G (0: each format's default)")
     ("residual", po::value(&kv_residual)->default_value(0), "kivi/specache window R (0: 64)")
-    ("topk", po::value(&topk)->default_value(64), "specache (CPU): 16-bit rows fetched per layer and KV head")
+    ("topk", po::value(&topk)->default_value(64), "specache: 16-bit rows fetched per layer and KV head")
     ("transfer-latency-us", po::value(&o.transfer_latency_us)->default_value(0),
      "specache (CPU): microseconds added to every gather, emulating a slower host-to-device link")
     ("packed-stages", po::value(&o.packed_stages)->default_value(0),
@@ -223,6 +226,8 @@ int bench_main(int argc, char** argv) {
   o.max_batch = vm.count("max-batch") > 0;
   if (!(o.gpu_memory_gib >= 0 && o.gpu_memory_gib <= 1e6))
     throw usage_error("--gpu-memory: must be >= 0 GiB, got " + std::to_string(o.gpu_memory_gib));
+  if (!(o.host_memory_gib > 0 && o.host_memory_gib <= 1e6))
+    throw usage_error("--host-memory: must be > 0 GiB, got " + std::to_string(o.host_memory_gib));
   if ((o.max_batch || o.gpu_memory_gib > 0) && device != "cuda")
     throw usage_error("--gpu-memory and --max-batch: the CUDA decode bench only (--device cuda)");
   if (o.max_batch && !vm["batch"].defaulted()) throw usage_error("--max-batch and --batch are exclusive");
@@ -264,9 +269,9 @@ int bench_main(int argc, char** argv) {
     run_full = false;
     for (const auto& m : modes) run_full = run_full || m.format == kv_format::full;
     for (const auto& m : modes)
-      if (device == "cuda" && m.speculative())
-        throw usage_error("--kv specache: its prefetch runs on the CPU backend so far (use --device cpu; on the "
-                          "GPU, kivi:1 is the low-bit cache alone)");
+      if (device == "cuda" && m.speculative() && m.topk > 1024)
+        throw usage_error("--topk: the GPU fetches at most 1024 rows per layer and KV head, got " +
+                          std::to_string(m.topk));
     o.kv_modes = modes;
   }
   if (!run_quantspec && (!vm["gamma"].defaulted() || !vm["weight-group"].defaulted() || qso.quantize_lm_head ||

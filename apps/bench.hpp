@@ -41,6 +41,8 @@ struct bench_options {
   // CUDA decode: a cap on what the run may allocate on the GPU (weights,
   // caches, scratch), to emulate a smaller card; 0: the whole device.
   double gpu_memory_gib = 0;
+  // CUDA decode, specache: pinned host bytes for the 16-bit store (GiB).
+  double host_memory_gib = 32;
   // CUDA decode: instead of --batch, the largest batch of each mode that fits
   // the budget, and the throughput there.
   bool max_batch = false;

@@ -463,6 +463,14 @@ bench_report run_cuda_bench(const bench_options& o) {
     fo.kv = mode;
     fo.kv_staging_tokens = 0;  // decode-only: no prefill staging area
     fo.packed_stages = o.packed_stages;
+    if (mode.speculative()) {
+      // SpeCache: the host store, as long as --host-memory allows (positions
+      // alias modulo a shorter store beyond that: the same rows' bytes move).
+      fo.specache_fetch = true;
+      const double per_token = double(cuda_forward::specache_host_bytes(c, fo)) / double(fo.max_context);
+      fo.specache_store_tokens =
+          std::max<std::int64_t>(1, std::min<std::int64_t>(fo.max_context, std::int64_t(o.host_memory_gib * gib / per_token)));
+    }
     apply_gemv_flags(o, fo);
     return fo;
   };
@@ -534,7 +542,15 @@ bench_report run_cuda_bench(const bench_options& o) {
           fwd.fill_random_kv(i, ctx, 100 + std::uint64_t(i));
         }
         const auto toks = tokens(std::size_t(b));
-        const auto t = time_events(fwd.stream(), o.warmup, o.repeats, [&] { fwd.decode(slots, toks); });
+        const auto spec_toks = tokens(std::size_t(b));
+        const bool spec = mode.speculative(), output = spec && mode.prefetch == specache_prefetch::output;
+        if (spec && !output) fwd.specache_predecode(slots, toks);  // seeds the first rows
+        const std::int64_t fetched_before = fwd.specache_rows_fetched();
+        const auto t = time_events(fwd.stream(), o.warmup, o.repeats, [&] {
+          if (output) fwd.specache_output_step(slots, toks);
+          else if (spec) fwd.specache_step(slots, toks, spec_toks);
+          else fwd.decode(slots, toks);
+        });
         // Per step: every weight once, and each sequence's K/V: ctx bf16 rows
         // per layer, or its packed tokens at the mode's bytes per token plus
         // the bf16 window (the steps add warmup + repeats tokens at most).
@@ -562,6 +578,20 @@ bench_report run_cuda_bench(const bench_options& o) {
           how += ", packed attention (lean smem, combine 1, >= 16 tiles/split), " +
                  (fo.packed_stages > 0 ? std::to_string(fo.packed_stages) : std::string("per-format")) + " stages";
         }
+        double link_bytes = 0;
+        if (spec) {
+          // Rows fetched per step (every layer and KV head), their bytes over
+          // the link, and the pinned store.
+          const double steps = double(o.warmup + o.repeats);
+          link_bytes = double(fwd.specache_rows_fetched() - fetched_before) / steps * double(4 * c.head_dim);
+          how += ", " + std::string(output ? "output prefetch (fetch waited for)" : "speculative prefetch (2 rows/seq)") +
+                 ", top-k " + std::to_string(mode.topk) + ": " + fixed(link_bytes / double(1 << 20), 2) +
+                 " MiB fetched per step (" + fixed(link_bytes / 55e9 * 1e3, 3) + " ms at 55 GB/s), host store " +
+                 fixed(double(fwd.specache_host_bytes()) / gib, 2) + " GiB" +
+                 (fo.specache_store_tokens < fo.max_context
+                      ? " (" + std::to_string(fo.specache_store_tokens) + " rows per sequence, aliased)"
+                      : std::string());
+        }
         if (o.max_batch) {
           how = "max batch under " + fixed(budget / gib, 1) + " GiB; per sequence on the GPU " +
                 fixed(double(cuda_forward::kv_device_bytes(c, fo)) / double(b) / gib, 3) + " GiB; " + how;
@@ -569,6 +599,10 @@ bench_report run_cuda_bench(const bench_options& o) {
         }
         r.points.push_back({"decode", b, ctx, false, how, t.median, t.spread, double(b) / (t.median * 1e-3), bytes,
                             bytes / r.copy_bandwidth * 1e3, used_gib()});
+        if (spec) {
+          r.points.back().extra.emplace_back("fetched_bytes_per_step", link_bytes);
+          r.points.back().extra.emplace_back("host_store_bytes", double(fwd.specache_host_bytes()));
+        }
     }
     if (at_max.size() > 1) {
       std::string line = "context " + std::to_string(ctx) + ", throughput at the max batch:";

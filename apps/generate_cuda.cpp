@@ -9,6 +9,7 @@
 #include "actors/trace_buffer.hpp"
 #include "apps/quantspec_cli.hpp"
 #include "model/cuda_decode_backend.hpp"
+#include "model/cuda_specache_backend.hpp"
 #include "model/cuda_forward.hpp"
 #include "model/cuda_quantspec.hpp"
 
@@ -95,13 +96,18 @@ int run_generate_cuda(const model& m, const generation_request& req, const std::
   o.max_context = max_context;
   o.kv = kv;
   check_budget(gpu_memory_gib, cuda_model::weight_bytes(m.config), cuda_forward::device_bytes(m.config, o));
+  o.specache_fetch = kv.speculative();  // SpeCache: the host store and the fetch of top-k rows
   const cuda_model gpu(m.config, m.weights, 0);
   cuda_forward fwd(gpu, o);
-  cuda_decode_backend plain(fwd, 0, req.sampling);
+  std::optional<cuda_decode_backend> plain;
+  std::optional<cuda_specache_backend> spec;
+  if (kv.speculative()) spec.emplace(fwd, 0, req.sampling, kv.prefetch);
+  else plain.emplace(fwd, 0, req.sampling);
+  decode_backend& inner = spec ? static_cast<decode_backend&>(*spec) : *plain;
   trace_buffer trace;
   std::optional<traced_backend> traced;
-  if (!trace_file.empty()) traced.emplace(plain, trace);
-  decode_backend& backend = traced ? static_cast<decode_backend&>(*traced) : plain;
+  if (!trace_file.empty()) traced.emplace(inner, trace);
+  decode_backend& backend = traced ? static_cast<decode_backend&>(*traced) : inner;
 
   std::cout << prompt_text << std::flush;
   const auto res = generate(backend, m.tok, eos_ids, req, max_context,
@@ -112,6 +118,16 @@ int run_generate_cuda(const model& m, const generation_request& req, const std::
   // captured as a CUDA graph; the rate counts them as the CPU path does.
   print_timing_line(res, m.dir.filename().string(), "cuda",
                     kv.format == kv_format::full ? std::string("full (bf16)") : kv.describe());
+  if (spec) {
+    const auto& s = spec->stats();
+    std::fprintf(stderr,
+                 "[specache (GPU, %s prefetch, top-k %d): %lld steps | speculative token matched %.1f%% | %.1f KiB "
+                 "fetched per step | host store %.1f MiB | top-k hit rate: not measured on the GPU]\n",
+                 kv.prefetch == specache_prefetch::output ? "output" : "speculative", kv.topk,
+                 static_cast<long long>(s.steps), 100 * s.guess_rate(),
+                 s.steps > 0 ? double(s.bytes_fetched) / double(s.steps) / 1024.0 : 0.0,
+                 double(fwd.specache_host_bytes()) / double(1 << 20));
+  }
   if (!trace_file.empty()) write_trace(trace, trace_file);
   return 0;
 }

@@ -178,9 +178,9 @@ class cuda_forward {
   // one). Per layer, the speculative rows' attention picks the next step's
   // rows; a planner stream ranks them and a transfer stream fetches them from
   // the host store while the later layers compute. Only the real rows are
-  // kept (device window and host store). Logits [2 * batch, vocab]: the real
-  // rows, then the speculative ones. std::logic_error for a slot that no
-  // predecode has seeded since it was emptied.
+  // kept (device window and host store). Logits [batch, 2, vocab]: row 2i
+  // is slot i's real row, 2i + 1 its speculative row. std::logic_error for a
+  // slot that no predecode has seeded since it was emptied.
   void specache_step(std::span<const int> slots, std::span<const std::int32_t> tokens,
                      std::span<const std::int32_t> spec, std::span<float> logits = {});
   // The paper's non-speculative ablation (--prefetch output): one row per

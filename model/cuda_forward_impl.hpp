@@ -370,7 +370,7 @@ struct cuda_forward::impl {
   // The attention of layer l in a SpeCache phase, with the planner and
   // transfer work it starts.
   void spec_attention(int l, std::int64_t m);
-  void spec_plan(int l, const float* scores, const float* ml, kc::stream_t s);
+  void spec_plan(int l, const float* scores, const float* ml, std::int64_t ml_stride, kc::stream_t s);
   void spec_fetch(int l, kc::stream_t s);
   // After the last layer: the compute stream waits for the last fetch.
   void spec_join();

@@ -11,8 +11,9 @@
 //    (ascending) and their K/V rows on the device; the packed attention reads
 //    them in place of the codes (replaced_rows, indexed by slot, so the real
 //    and speculative rows of a slot share one set).
-//  * the step's rows: the real tokens of all slots first, then the
-//    speculative ones (entry e < b real, e >= b speculative at position + 1).
+//  * the step's rows: per slot the real token, then the speculative one at
+//    position + 1 (entries 2i, 2i + 1), one multi-query attention block per
+//    slot, so the codes are read once for both rows.
 //
 // Per layer of a speculative step (and of a predecode, whose single row
 // plays the speculative one's part):
@@ -138,12 +139,14 @@ std::size_t layer_rows(const cuda_forward::impl& s) {
 }
 }  // namespace
 
-void cuda_forward::impl::spec_plan(int l, const float* scores, const float* ml, kc::stream_t s) {
+void cuda_forward::impl::spec_plan(int l, const float* scores, const float* ml, std::int64_t ml_stride,
+                                   kc::stream_t s) {
   auto& S = *spec;
   kc::topk_args t;
   t.values = scores;
   t.stride = S.score_stride;
   t.ml = ml;
+  t.ml_row_stride = ml_stride;
   t.row_len = dev_ints(plan_len);
   t.rows = S.real;
   t.n_heads = int(c.num_attention_heads);
@@ -202,7 +205,7 @@ void cuda_forward::impl::spec_attention(int l, std::int64_t m) {
     auto low = packed_args(l, m);  // pass 1: the low-bit cache alone picks the rows
     with_scores(low);
     kc::packed_attention(low, cs);
-    spec_plan(l, scores, ml, cs);
+    spec_plan(l, scores, ml, 0, cs);
     spec_fetch(l, cs);
     auto mixed = packed_args(l, m);  // pass 2: with them
     with_rows(mixed);
@@ -215,10 +218,12 @@ void cuda_forward::impl::spec_attention(int l, std::int64_t m) {
   if (l >= 2) S.planned[std::size_t(l - 2)].wait_on(cs);  // scores(l % 2) read by then
   kc::packed_attention(a, cs);
   // The planner's rows are the speculative entries (predecode: the only ones).
-  const float* plan_ml = ml + (S.now == spec_phase::speculative ? std::size_t(S.real) * nh * 2 : 0);
+  // Speculative: entries alternate real, speculative; the planner reads
+  // every second entry's (max, sum).
+  const bool two = S.now == spec_phase::speculative;
   S.attended[std::size_t(l)].record(cs);
   S.attended[std::size_t(l)].wait_on(S.planner.get());
-  spec_plan(l, scores, plan_ml, S.planner.get());
+  spec_plan(l, scores, two ? ml + nh * 2 : ml, two ? std::int64_t(4 * nh) : 0, S.planner.get());
   S.planned[std::size_t(l)].record(S.planner.get());
   S.planned[std::size_t(l)].wait_on(S.transfer.get());
   spec_fetch(l, S.transfer.get());
@@ -275,24 +280,26 @@ void cuda_forward::impl::spec_forward(spec_phase ph, const char* who, std::span<
       throw std::logic_error(name() + ": slot " + std::to_string(slot) + " holds a window of " +
                              std::to_string(pos - nq) + " tokens, more than one flush can make room for");
     const std::int64_t after = nq + f * G;
-    // The real row.
-    host_ints(0)[i] = tokens[std::size_t(i)];
-    host_ints(1)[i] = slot;
-    host_ints(2)[i] = std::int32_t(pos);
-    host_ints(3)[i] = std::int32_t(pos + 1);
-    set_quant_row(i, after, nq / G, f);
-    host_ints(scores_row)[i] = two ? -1 : std::int32_t(i);
+    // The real row (entry i, or 2i beside its speculative row).
+    const std::int64_t e = i * per;
+    host_ints(0)[e] = tokens[std::size_t(i)];
+    host_ints(1)[e] = slot;
+    host_ints(2)[e] = std::int32_t(pos);
+    host_ints(3)[e] = std::int32_t(pos + 1);
+    set_quant_row(e, after, nq / G, f);
+    host_ints(scores_row)[e] = two ? -1 : std::int32_t(i);
     host_ints(store_slot)[i] = slot;
     host_ints(store_first)[i] = std::int32_t(pos);
     host_ints(store_count)[i] = 1;
     if (two) {  // the speculative row at pos + 1, attending the real one too
-      const std::int64_t e = b + i;
-      host_ints(0)[e] = spec_tokens[std::size_t(i)];
-      host_ints(1)[e] = slot;
-      host_ints(2)[e] = std::int32_t(pos + 1);
-      host_ints(3)[e] = std::int32_t(pos + 2);
-      set_quant_row(e, after, nq / G, 0);
-      host_ints(scores_row)[e] = std::int32_t(i);
+      host_ints(0)[e + 1] = spec_tokens[std::size_t(i)];
+      host_ints(1)[e + 1] = slot;
+      host_ints(2)[e + 1] = std::int32_t(pos + 1);
+      host_ints(3)[e + 1] = std::int32_t(pos + 2);
+      set_quant_row(e + 1, after, nq / G, 0);
+      host_ints(scores_row)[e + 1] = std::int32_t(i);
+      host_ints(7)[i] = std::int32_t(e);  // one multi-query attention block per slot
+      host_ints(8)[i] = 2;
     }
     // The planner's candidates: what is packed when the slot's next step
     // attends (output: this step). A predecode's next step runs at pos, a
@@ -312,11 +319,20 @@ void cuda_forward::impl::spec_forward(spec_phase ph, const char* who, std::span<
   spec->real = int(b);
   store_entries = ph == spec_phase::predecode ? 0 : int(b);  // a predecode's row is not kept
   store_max_rows = 1;
+  // The real and the speculative row of a slot in one attention block: each
+  // code is loaded once for both (GQA groups up to 4 leave room for 2 rows).
+  const int gq = int(c.num_attention_heads / c.num_key_value_heads);
+  if (two && kc::packed_attention_max_queries(gq) >= 2) {
+    step_blocks = int(b);
+    step_max_queries = 2;
+  }
   struct reset {
     impl& s;
     ~reset() {
       s.spec->now = spec_phase::none;
       s.store_entries = 0;
+      s.step_blocks = 0;
+      s.step_max_queries = 1;
     }
   } reset_after{*this};
   run_step(step_key{int(b), int(per), read_bits, false, int(ph)}, m);

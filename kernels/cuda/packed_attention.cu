@@ -367,10 +367,18 @@ __global__ void __launch_bounds__(threads, 4) packed_attention_kernel(packed_att
     rep_pos = a.rows.positions + rep_base;
     rep_count = a.rows.count[ri * nkv + kh];
   }
-  float* score_row = nullptr;
-  if (a.scores) {
-    const int r = a.entry_scores_row[e];
-    if (r >= 0) score_row = a.scores + (std::int64_t(r) * a.n_heads + std::int64_t(kh) * gq) * a.scores_stride;
+  // Raw scores: each column's row offset (-1: not written). In a
+  // multi-query block, column h belongs to entry e + h / gq.
+  __shared__ long long scol_s[HEADS];
+  const bool any_scores = a.scores != nullptr;
+  if (any_scores && tid < HEADS) {
+    long long off = -1;
+    if (tid < ncols) {
+      const int qi = tid / gq;
+      const int r = a.entry_scores_row[e + qi];
+      if (r >= 0) off = (std::int64_t(r) * a.n_heads + std::int64_t(kh) * gq + (tid - qi * gq)) * a.scores_stride;
+    }
+    scol_s[tid] = off;
   }
 
   const int j_lane = frag::slot_of_lane(t);  // QK/PV output slot of this lane
@@ -567,19 +575,23 @@ __global__ void __launch_bounds__(threads, 4) packed_attention_kernel(packed_att
 #pragma unroll
             for (int k = 0; k < 4; ++k) {
               const int h = nt * 4 + frag::head_in_tile(t, k);
-              if (frag::run_index(B, g, k >> 1, j_lane) == tau && h < ncols) s[nt][k] = reps_s[i * HEADS + h];
+              if (frag::run_index(B, g, k >> 1, j_lane) == tau && h < ncols && ps + tau < clen_s[h])
+                s[nt][k] = reps_s[i * HEADS + h];
             }
         }
       }
 
-      if (score_row) {
+      if (any_scores) {
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
             const int h = nt * 4 + frag::head_in_tile(t, i);
             const int tau = frag::run_index(B, g, i >> 1, j_lane);
-            if (tau < sv && h < ncols) score_row[std::int64_t(h) * a.scores_stride + ps + tau] = s[nt][i];
+            if (tau < sv && h < ncols && ps + tau < clen_s[h]) {
+              const long long off = scol_s[h];
+              if (off >= 0) a.scores[off + ps + tau] = s[nt][i];
+            }
           }
       }
 
@@ -876,7 +888,8 @@ kernel_fn prepare(const packed_attention_args& a, launch_shape& sh) {
     if (a.max_queries < 1 || a.max_queries * gq > 8)
       fail("max_queries " + std::to_string(a.max_queries) + " times the GQA group " + std::to_string(gq) +
            " exceeds the 8 query columns of a block");
-    if (a.rows.positions || a.scores) fail("multi-query blocks cannot take replaced rows or scores");
+    if (a.rows.positions && !a.rows.entry_index)
+      fail("multi-query blocks read one set of replaced rows per block: give rows.entry_index");
   }
   sh.gq = gq;
   sh.log2_group = log2_of(c.group);

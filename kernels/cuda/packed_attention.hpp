@@ -105,7 +105,11 @@ struct packed_attention_args {
   // count * GQA group query heads share every code load, so a verify of n
   // tokens reads the cache once instead of n times. At most max_queries
   // entries per block, with max_queries * (n_heads / n_kv_heads) <= 8. Null:
-  // one entry per block. Not with replaced rows or scores.
+  // one entry per block. With replaced rows a block reads the set of its
+  // first entry's index (rows.entry_index must be given: SpeCache's real and
+  // speculative rows of one slot share one set); a replaced position past a
+  // column's own length stays masked. Scores are written per column, for
+  // the entries that have a scores row.
   const std::int32_t* block_first = nullptr;  // [blocks], device
   const std::int32_t* block_count = nullptr;  // [blocks], device
   int blocks = 0;

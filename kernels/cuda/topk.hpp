@@ -21,10 +21,11 @@ namespace specpipe::kernels::cuda {
 
 struct topk_args {
   // values[(r * n_heads + h) * stride + j], j < row_len[r]: probabilities,
-  // or raw scores when `ml` is given (ml[(r * n_heads + h) * 2] = max, + 1 = sum).
+  // or raw scores when `ml` is given (ml[r * ml_row_stride + h * 2] = max, + 1 = sum).
   const float* values = nullptr;
   std::int64_t stride = 0;
   const float* ml = nullptr;
+  std::int64_t ml_row_stride = 0;  // floats between rows' (max, sum) blocks; 0: 2 * n_heads
   const std::int32_t* row_len = nullptr;      // device [rows]
   const std::int32_t* row_exclude = nullptr;  // device [rows]; -1 (or out of range): none; null: none
   int rows = 0, n_heads = 0, n_kv_heads = 0;

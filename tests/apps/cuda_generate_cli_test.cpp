@@ -120,10 +120,29 @@ TEST(CudaGenerateCli, TraceHasStepsAndQuantSpecRounds) {
   EXPECT_THAT(s.out, HasSubstr("cuda worker 0"));
 }
 
-TEST(CudaGenerateCli, SpeCachesPrefetchIsRefusedOnTheGpuForNow) {
-  const auto r = run_specpipe("generate --device cuda --kv specache --prompt hi -n 2");
-  EXPECT_EQ(r.exit_code, 2) << r.err;
-  EXPECT_THAT(r.err, HasSubstr("runs on the CPU backend so far"));
+// SpeCache on the GPU: with a top-k covering the context every packed row
+// is read in 16 bits, so greedy output equals the full cache's; both
+// prefetch modes run a long generation (many flushes) and report what they
+// fetched; a top-k the GPU cannot fetch is refused.
+TEST(CudaGenerateCli, SpeCacheRunsOnTheGpu) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device visible (or a build without CUDA)";
+  const std::string p = "generate --device cuda --prompt '" + prompt + "' -n 40 --ignore-eos --temperature 0";
+  const auto full = run_specpipe(p);
+  ASSERT_EQ(full.exit_code, 0) << full.err;
+  for (const std::string prefetch : {"speculative", "output"}) {
+    SCOPED_TRACE(prefetch);
+    const auto all = run_specpipe(p + " --kv specache --topk 1024 --group 32 --residual 16 --prefetch " + prefetch);
+    ASSERT_EQ(all.exit_code, 0) << all.err;
+    EXPECT_EQ(all.out, full.out);
+    const auto g = run_specpipe("generate --device cuda --kv specache --topk 8 --prefetch " + prefetch +
+                                " --prompt '" + prompt + "' -n 200 --ignore-eos --temperature 0");
+    ASSERT_EQ(g.exit_code, 0) << g.err;
+    EXPECT_THAT(g.err, HasSubstr("specache (GPU, " + prefetch + " prefetch, top-k 8)"));
+    EXPECT_THAT(g.err, HasSubstr("KiB fetched per step"));
+  }
+  const auto bad = run_specpipe("generate --device cuda --kv specache --topk 2000 --prompt hi -n 2");
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+  EXPECT_THAT(bad.err, HasSubstr("--topk"));
 }
 
 TEST(CudaGenerateCli, QuantizedCacheGroupsTheGpuCannotReadAreRefused) {

@@ -157,9 +157,16 @@ TEST(CacheBenchCli, CpuBenchRunsTheCacheModesThroughThePipeline) {
   EXPECT_THAT(r.out, HasSubstr("specache 1-bit G=16 R=16 k=4 | dev"));
   EXPECT_THAT(r.out, HasSubstr("prefetch=output | dev"));
   EXPECT_THAT(r.out, HasSubstr("hidden"));
-  const auto gpu = run_specpipe("bench --device cuda --preset tiny --kv specache");
-  EXPECT_EQ(gpu.exit_code, 2);
-  EXPECT_THAT(gpu.err, HasSubstr("runs on the CPU backend so far"));
+  if (!cuda_available()) return;  // the GPU half below needs a device
+  const auto gpu = run_specpipe("bench --device cuda --preset tiny --kv kivi:1,specache,specache-output "
+                                "--context 600 --batch 1,2 --repeats 4 --warmup 2 --topk 16 --prefill-tokens 0");
+  ASSERT_EQ(gpu.exit_code, 0) << gpu.err;
+  EXPECT_THAT(gpu.out, HasSubstr("speculative prefetch (2 rows/seq)"));
+  EXPECT_THAT(gpu.out, HasSubstr("output prefetch"));
+  EXPECT_THAT(gpu.out, HasSubstr("MiB fetched per step"));
+  const auto bad = run_specpipe("bench --device cuda --preset tiny --kv specache --topk 4096");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("--topk"));
 }
 
 }  // namespace

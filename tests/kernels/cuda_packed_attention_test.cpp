@@ -354,19 +354,7 @@ void run_case(allocator& dev, const format_case& fc, int d, int kv_heads, int gq
       const auto got = out.download();
       expect_close(got, ref, t, t, what, seed);
       EXPECT_TRUE(out.sentinel_intact()) << "write past the output";
-      if (!ro.blocks.empty()) {
-        // The same rows one per block: the same arithmetic per query column
-        // (only the zero terms' butterfly and the split count may differ).
-        kc::packed_attention_args one = a;
-        one.block_first = one.block_count = nullptr;
-        one.blocks = 0;
-        one.max_queries = 1;
-        dev_array<float> single(dev, std::size_t(n) * heads * d);
-        one.out_f32 = single.get();
-        kc::packed_attention(one, nullptr);
-        const auto s1 = single.download();
-        expect_close(got, std::vector<double>(s1.begin(), s1.end()), 1e-3, 1e-3, what + " multi vs single", seed);
-      }
+      // The probabilities first: the single-block rerun below rewrites the scores.
       if (ro.probs) {
         kc::packed_attention_probs(scores.get(), scores.get(), max_len, ml.get(), srow_d.get(), len_d.get(), n, heads,
                                    nullptr);
@@ -382,6 +370,19 @@ void run_case(allocator& dev, const format_case& fc, int d, int kv_heads, int gq
             }
         expect_close(got_valid, want, 1e-5, 1e-2, what + " probabilities", seed);
         EXPECT_TRUE(scores.sentinel_intact()) << "score write past the buffer";
+      }
+      if (!ro.blocks.empty()) {
+        // The same rows one per block: the same arithmetic per query column
+        // (only the zero terms' butterfly and the split count may differ).
+        kc::packed_attention_args one = a;
+        one.block_first = one.block_count = nullptr;
+        one.blocks = 0;
+        one.max_queries = 1;
+        dev_array<float> single(dev, std::size_t(n) * heads * d);
+        one.out_f32 = single.get();
+        kc::packed_attention(one, nullptr);
+        const auto s1 = single.download();
+        expect_close(got, std::vector<double>(s1.begin(), s1.end()), 1e-3, 1e-3, what + " multi vs single", seed);
       }
     }
 }
@@ -513,6 +514,31 @@ TEST_F(cuda_packed_attention, entries_share_rows_through_an_index) {
     ro.entry_index = index;
     ro.splits = {1, 3};
     run_case(*dev_, fc, 128, 2, 4, 64, {{5, 25}, {2, 66}}, es, 70, seed, ro);
+  }
+}
+
+// The same in one multi-query block per slot (SpeCache's step: the real
+// row and the speculative one at the next position share each code load and
+// the slot's set), with raw scores per column: both entries' probabilities
+// against the CPU.
+TEST_F(cuda_packed_attention, multi_query_blocks_with_shared_rows_and_scores) {
+  unsigned seed = 1580;
+  for (const auto& fc : {formats[0], formats[3], formats[1]}) {
+    const std::vector<entry> set_shapes = {{0, 5 * 64 + 23}, {1, 2 * 64 + 60}};
+    std::mt19937 rng(++seed);
+    const auto sets = make_replaced(set_shapes, 2, 128, 40, false, false, rng);
+    const std::vector<entry> es = {{0, 5 * 64 + 24}, {0, 5 * 64 + 25}, {1, 2 * 64 + 61}, {1, 2 * 64 + 62}};
+    const std::vector<std::int32_t> index = {0, 0, 1, 1};
+    const auto rows = expand_sets(sets, index, 2, 128);
+    run_options ro;
+    ro.rows = &rows;
+    ro.device_rows = &sets;
+    ro.entry_index = index;
+    ro.blocks = {{0, 2}, {2, 2}};
+    ro.max_queries = 2;
+    ro.probs = true;
+    ro.splits = {1, 3};
+    run_case(*dev_, fc, 128, 2, 4, 64, {{5, 25}, {2, 62}}, es, 70, seed, ro);
   }
 }
 

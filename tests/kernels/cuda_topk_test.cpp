@@ -171,6 +171,20 @@ TEST_F(cuda_topk, from_raw_scores_and_the_combine_statistics) {
   a.max_len = stride;
   kc::topk_gqa(a, nullptr);
   compare(gp.download(), gc.download(), pos, cnt, kv, k, "from scores");
+  // The same statistics interleaved with another entry's (SpeCache's real
+  // and speculative rows alternate in the attention's ml output).
+  std::vector<float> ml2(ml.size() * 2, -1e30f);
+  for (std::size_t r = 0; r < rows.size(); ++r)
+    std::copy(ml.begin() + std::ptrdiff_t(r * heads * 2), ml.begin() + std::ptrdiff_t((r + 1) * heads * 2),
+              ml2.begin() + std::ptrdiff_t((2 * r + 1) * heads * 2));
+  dev_array<float> ml2d(*dev_, ml2);
+  dev_array<std::int32_t> gp2(*dev_, gp.n_), gc2(*dev_, gc.n_);
+  a.ml = ml2d.get() + heads * 2;
+  a.ml_row_stride = 4 * heads;
+  a.positions = gp2.get();
+  a.count = gc2.get();
+  kc::topk_gqa(a, nullptr);
+  compare(gp2.download(), gc2.download(), pos, cnt, kv, k, "from scores, strided statistics");
 }
 #endif
 

@@ -156,11 +156,13 @@ TEST_F(cuda_specache, topk_covering_the_context_matches_the_full_cache) {
       EXPECT_GT(fwd.quantized(0), 2 * 32) << "the packed part must be exercised";
       int greedy = 0;
       for (std::size_t s = 0; s < want.size(); ++s) {
-        // Every attended value is the same bf16 as the full cache's; only
-        // the summation order differs (packed attention in f32 against
-        // flash-decoding), a relative change near 1e-5 per layer.
+        // Every attended value is the same bf16 as the full cache's; the
+        // packed attention's own rounding (f16 probabilities times the
+        // window rows, kernels/cuda/packed_attention.hpp) against
+        // flash-decoding's f32 moves these logits by up to ~5e-3 (H200),
+        // with nothing quantized yet as much as with everything replaced.
         const double err = rel_error(got.logits[s].data(), want[s].data(), want[s].size());
-        EXPECT_LE(err, 2e-3) << "step " << s;
+        EXPECT_LE(err, 1e-2) << "step " << s;
         std::vector<float> sorted = want[s];
         std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
         if (sorted[0] - sorted[1] > 1e-2 * std::fabs(sorted[0])) {
@@ -209,7 +211,7 @@ TEST_F(cuda_specache, fetched_rows_bring_the_logits_closer_to_full) {
   for (const bool output : {false, true}) {
     SCOPED_TRACE(output ? "output prefetch" : "speculative prefetch");
     cuda_forward_options o = lo;
-    o.kv = specache_mode(24, output);  // 24 of ~270 packed rows per head
+    o.kv = specache_mode(96, output);  // 96 of ~270 packed rows per head
     o.specache_fetch = true;
     cuda_forward fwd(gm, o);
     const auto got = run_specache(fwd, 0, prompt, forced, output);
@@ -217,9 +219,43 @@ TEST_F(cuda_specache, fetched_rows_bring_the_logits_closer_to_full) {
     EXPECT_LT(err, 0.9 * low_err) << "specache " << err << " against the low-bit cache alone " << low_err;
     // Each step fetches min(k, candidates) rows per layer and KV head (a
     // predecode too, in speculative mode).
-    const std::int64_t per_step = 24 * c.num_hidden_layers * c.num_key_value_heads;
+    const std::int64_t per_step = 96 * c.num_hidden_layers * c.num_key_value_heads;
     EXPECT_EQ(got.rows_fetched, per_step * (steps + (output ? 0 : 1)));
   }
+}
+
+// Three slots of different lengths in one batch (rows to other slots than
+// when alone). With a top-k covering the context, each slot's real logits
+// equal its run alone up to the attention's split-dependent rounding (the
+// f16 probabilities are rounded against each split's running max: ~1e-3);
+// rows fetched for the wrong slot would be off by the low-bit error (~0.3).
+// With a small top-k, graph replays equal eager launches exactly.
+std::vector<std::vector<float>> run_batch(cuda_forward& fwd, const std::vector<std::vector<std::int32_t>>& prompts,
+                                          const std::vector<std::int32_t>& forced) {
+  const auto& c = fwd.config();
+  const std::size_t V = std::size_t(c.vocab_size), b = prompts.size();
+  std::vector<int> slots(b);
+  for (std::size_t i = 0; i < b; ++i) {
+    slots[i] = int(i);
+    fwd.prefill(int(i), prompts[i]);
+  }
+  std::vector<float> logits(b * V), two(2 * b * V);
+  std::vector<std::int32_t> toks(b, forced[0]), spec(b);
+  fwd.specache_predecode(slots, toks, logits);
+  for (std::size_t i = 0; i < b; ++i) spec[i] = argmax(logits.data() + i * V, c.vocab_size);
+  std::vector<std::vector<float>> out;  // [step][slot * V]: the real rows
+  for (const std::int32_t t : forced) {
+    std::fill(toks.begin(), toks.end(), t);
+    fwd.specache_step(slots, toks, spec, two);
+    std::vector<float> real(b * V);
+    for (std::size_t i = 0; i < b; ++i) {
+      std::copy(two.begin() + std::ptrdiff_t(2 * i * V), two.begin() + std::ptrdiff_t((2 * i + 1) * V),
+                real.begin() + std::ptrdiff_t(i * V));
+      spec[i] = argmax(two.data() + (2 * i + 1) * V, c.vocab_size);
+    }
+    out.push_back(real);
+  }
+  return out;
 }
 
 TEST_F(cuda_specache, batched_slots_equal_each_slot_alone_and_graphs_equal_eager) {
@@ -231,40 +267,33 @@ TEST_F(cuda_specache, batched_slots_equal_each_slot_alone_and_graphs_equal_eager
                                                           random_tokens(77, std::uint32_t(c.vocab_size), 10),
                                                           random_tokens(20, std::uint32_t(c.vocab_size), 11)};
   const auto forced = random_tokens(std::size_t(steps), std::uint32_t(c.vocab_size), 12);
+  const std::size_t V = std::size_t(c.vocab_size);
   cuda_forward_options o;
   o.max_context = 150 + steps + 8;
   o.prefill_chunk = 32;
-  o.kv = specache_mode(16, false);
+  o.kv = specache_mode(int(o.max_context), false);
   o.specache_fetch = true;
   o.max_batch = 3;
-  const std::size_t V = std::size_t(c.vocab_size);
-  // Alone, eager launches, in slot 2 (another slot than the batch gives it).
-  std::vector<spec_run> alone;
-  for (const auto& p : prompts) {
-    cuda_forward_options eager = o;
-    eager.use_graphs = false;
-    cuda_forward one(gm, eager);
-    alone.push_back(run_specache(one, 2, p, forced, false));
-  }
-  // Together: slots 0, 1, 2 in one batch, replayed as CUDA graphs.
-  cuda_forward fwd(gm, o);
-  const std::vector<int> slots = {0, 1, 2};
-  std::vector<float> logits(3 * V), two(6 * V);
-  for (int i = 0; i < 3; ++i) fwd.prefill(i, prompts[std::size_t(i)]);
-  std::vector<std::int32_t> toks(3, forced[0]), spec(3);
-  fwd.specache_predecode(slots, toks, logits);
-  for (int i = 0; i < 3; ++i) spec[std::size_t(i)] = argmax(logits.data() + std::size_t(i) * V, c.vocab_size);
-  for (int s = 0; s < steps; ++s) {
-    std::fill(toks.begin(), toks.end(), forced[std::size_t(s)]);
-    fwd.specache_step(slots, toks, spec, two);
-    for (int i = 0; i < 3; ++i) {
-      SCOPED_TRACE("slot " + std::to_string(i) + " step " + std::to_string(s));
-      const auto& ref = alone[std::size_t(i)].logits[std::size_t(s + 1)];
-      EXPECT_LE(rel_error(two.data() + std::size_t(i) * V, ref.data(), V), 1e-4);
-      spec[std::size_t(i)] = argmax(two.data() + (3 + std::size_t(i)) * V, c.vocab_size);
+  {
+    cuda_forward fwd(gm, o);
+    const auto together = run_batch(fwd, prompts, forced);
+    for (std::size_t i = 0; i < prompts.size(); ++i) {
+      cuda_forward one(gm, o);
+      const auto alone = run_specache(one, 2, prompts[i], forced, false);
+      for (int s = 0; s < steps; ++s) {
+        SCOPED_TRACE("slot " + std::to_string(i) + " step " + std::to_string(s));
+        EXPECT_LE(rel_error(together[std::size_t(s)].data() + i * V, alone.logits[std::size_t(s + 1)].data(), V),
+                  1e-2);
+      }
+      EXPECT_EQ(fwd.length(int(i)), std::int64_t(prompts[i].size()) + steps);
     }
   }
-  for (int i = 0; i < 3; ++i) EXPECT_EQ(fwd.length(i), std::int64_t(prompts[std::size_t(i)].size()) + steps);
+  o.kv = specache_mode(16, false);
+  cuda_forward graphs(gm, o);
+  o.use_graphs = false;
+  cuda_forward eager(gm, o);
+  const auto g = run_batch(graphs, prompts, forced), e = run_batch(eager, prompts, forced);
+  for (int s = 0; s < steps; ++s) EXPECT_EQ(g[std::size_t(s)], e[std::size_t(s)]) << "step " << s;
 }
 
 TEST_F(cuda_specache, memory_matches_its_accounting_and_misuse_is_refused) {
