@@ -108,6 +108,10 @@ struct cuda_forward_options {
   // cannot pin a store for every sequence's context alias positions modulo a
   // smaller one (the fetched bytes and their scatter are the same).
   std::int64_t specache_store_tokens = -1;
+  // Run a slot's real and speculative rows in one multi-query attention
+  // block (codes loaded once for both). Off by default: at 1-2 bits the
+  // attention is issue-bound and the 8-column block is slower.
+  bool specache_shared_blocks = false;
   int packed_stages = 0;  // cp.async stages of the packed attention: 2, 3 or 4; 0: per format
 };
 
@@ -188,6 +192,13 @@ class cuda_forward {
   // (waiting for the link) and attends again with them. Logits [batch, vocab].
   void specache_output_step(std::span<const int> slots, std::span<const std::int32_t> tokens,
                             std::span<float> logits = {});
+  // Benchmarks: with `on` false the speculative steps skip the planner and
+  // the transfer (each reads the rows fetched before), so the bench can time
+  // a step without its fetch; specache_plan_and_fetch then runs the skipped
+  // work alone on stream() (every layer's top-k over the last step's scores
+  // and its fetch), to say how much of it a normal step hides.
+  void specache_set_fetch(bool on);
+  void specache_plan_and_fetch();
   // Pinned host bytes of the store (0 without specache_fetch).
   std::size_t specache_host_bytes() const;
   static std::size_t specache_host_bytes(const model_config& config, const cuda_forward_options& options);

@@ -106,6 +106,7 @@ struct cuda_forward::impl {
     std::vector<bool> seeded;        // per slot: rows fetched for its next step
     spec_phase now = spec_phase::none;
     int real = 0;                    // real rows (= planner rows) of the running forward
+    bool fetch = true;               // benchmarks: false skips the planner and the transfer
     std::int64_t rows_fetched = 0;
   };
   std::unique_ptr<specache_state> spec;

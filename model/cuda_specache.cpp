@@ -73,7 +73,9 @@ std::size_t cuda_forward::specache_device_bytes(const model_config& c, const cud
   const std::size_t positions = 2 * L * b * nkv * (k + 1) * 4;  // fetched + planned, with counts
   const std::size_t scores = 2 * b * nh * stride * 4;
   const std::size_t ml = 2 * 2 * b * nh * 2 * 4;
-  const std::size_t scratch = b * nkv * stride * 4;  // topk_scratch_floats
+  // kernels/cuda/topk.cu's topk_scratch_floats: per (row, KV head) and chunk
+  // of 2048 positions, 1024 keys and positions and a count.
+  const std::size_t scratch = b * nkv * ((stride + 2047) / 2048) * (2 * 1024 + 1) * 4;
   return rows + positions + scores + ml + scratch;
 }
 
@@ -215,6 +217,10 @@ void cuda_forward::impl::spec_attention(int l, std::int64_t m) {
   auto a = packed_args(l, m);
   with_scores(a);
   if (S.now == spec_phase::speculative) with_rows(a);
+  if (!S.fetch) {  // benchmarks: the step without its fetch
+    kc::packed_attention(a, cs);
+    return;
+  }
   if (l >= 2) S.planned[std::size_t(l - 2)].wait_on(cs);  // scores(l % 2) read by then
   kc::packed_attention(a, cs);
   // The planner's rows are the speculative entries (predecode: the only ones).
@@ -231,6 +237,7 @@ void cuda_forward::impl::spec_attention(int l, std::int64_t m) {
 }
 
 void cuda_forward::impl::spec_join() {
+  if (!spec->fetch) return;  // nothing was forked
   const std::size_t last = spec->fetched.size() - 1;
   spec->planned[last].wait_on(st.get());
   spec->fetched[last].wait_on(st.get());
@@ -319,10 +326,13 @@ void cuda_forward::impl::spec_forward(spec_phase ph, const char* who, std::span<
   spec->real = int(b);
   store_entries = ph == spec_phase::predecode ? 0 : int(b);  // a predecode's row is not kept
   store_max_rows = 1;
-  // The real and the speculative row of a slot in one attention block: each
-  // code is loaded once for both (GQA groups up to 4 leave room for 2 rows).
-  const int gq = int(c.num_attention_heads / c.num_key_value_heads);
-  if (two && kc::packed_attention_max_queries(gq) >= 2) {
+  // The real and the speculative row of a slot could share one multi-query
+  // attention block (each code loaded once for both), but at 1 bit the
+  // attention is bound by instruction issue, not bytes, and the 8-column
+  // block measured slower on the H200 (llama3-8b 32k, per layer: 147 us
+  // against 97 at batch 1, 691 against 459 at batch 8); so two blocks unless
+  // asked (specache_shared_blocks). kernels/cuda/NOTES.md, "SpeCache on the GPU".
+  if (opt.specache_shared_blocks && two && kc::packed_attention_max_queries(int(c.num_attention_heads / c.num_key_value_heads)) >= 2) {
     step_blocks = int(b);
     step_max_queries = 2;
   }
@@ -335,7 +345,7 @@ void cuda_forward::impl::spec_forward(spec_phase ph, const char* who, std::span<
       s.step_max_queries = 1;
     }
   } reset_after{*this};
-  run_step(step_key{int(b), int(per), read_bits, false, int(ph)}, m);
+  run_step(step_key{int(b), int(per), read_bits, false, int(ph) + (spec->fetch ? 0 : 8)}, m);
   spec->rows_fetched += fetched * c.num_hidden_layers * c.num_key_value_heads;
   for (std::int64_t i = 0; i < b; ++i) {
     const std::size_t slot = std::size_t(slots[std::size_t(i)]);
@@ -361,6 +371,26 @@ void cuda_forward::specache_step(std::span<const int> slots, std::span<const std
 void cuda_forward::specache_output_step(std::span<const int> slots, std::span<const std::int32_t> tokens,
                                         std::span<float> logits) {
   impl_->spec_forward(impl::spec_phase::output, "specache_output_step", slots, tokens, {}, logits);
+}
+
+void cuda_forward::specache_set_fetch(bool on) {
+  if (!impl_->spec) throw std::logic_error("cuda_forward::specache_set_fetch: SpeCache's fetch is off");
+  impl_->spec->fetch = on;
+}
+
+void cuda_forward::specache_plan_and_fetch() {
+  auto& s = *impl_;
+  if (!s.spec || s.spec->real < 1)
+    throw std::logic_error("cuda_forward::specache_plan_and_fetch: no SpeCache step has run");
+  auto& S = *s.spec;
+  const std::size_t nh = std::size_t(s.c.num_attention_heads), b = std::size_t(s.opt.max_batch);
+  // The speculative step's layout: every second entry's (max, sum).
+  for (int l = 0; l < int(s.c.num_hidden_layers); ++l) {
+    const float* scores = S.scores.as<float>() + std::size_t(l % 2) * b * nh * std::size_t(S.score_stride);
+    const float* ml = S.ml.as<float>() + std::size_t(l % 2) * 2 * b * nh * 2;
+    s.spec_plan(l, scores, ml + nh * 2, std::int64_t(4 * nh), s.st.get());
+    s.spec_fetch(l, s.st.get());
+  }
 }
 
 std::size_t cuda_forward::specache_host_bytes() const { return impl_->spec ? impl_->spec->store.size() : 0; }

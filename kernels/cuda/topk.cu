@@ -1,13 +1,27 @@
-// GQA-averaged top-k on the GPU (see topk.hpp). One block per (row, KV
-// head), 512 threads:
-//  1. avg[j] = (sum over the group's heads, in order, of p_h[j]) * (1 / group),
-//     the excluded position marked ineligible; written to the scratch.
-//  2. Radix select on the bit patterns (non-negative floats order like their
-//     bits): four passes, each a 256-bin histogram of one byte among the
-//     values that share the bytes chosen so far; the k-th largest value T and
-//     how many of the k are ties with T come out.
-//  3. Gather every value > T (any order) and the lowest-position ties (an
-//     ordered block scan), then rank the k by (value desc, position asc).
+// GQA-averaged top-k on the GPU (see topk.hpp), in two stages so that a long
+// row spreads over many SMs (v1 ran one 512-thread block per (row, KV head):
+// its loads, one dependent L2 round trip per loop iteration, took 214-270 us
+// for a 32k row on the H200, longer than the layer of compute it was meant
+// to hide under).
+//
+//  Stage 1, one block per (chunk of 2048 positions, KV head, row):
+//    avg[j] = (sum over the group's heads, in order, of p_h[j]) * (1 / group)
+//    into shared memory (the excluded position ineligible), then the chunk's
+//    own top min(k, eligible) by the strict order (value desc, position asc),
+//    written sorted to the scratch with their count.
+//  Stage 2, one block per (KV head, row): the top min(k, eligible) of the
+//    chunks' candidates, by the same order. Every member of the row's top-k
+//    is in its chunk's top-k (fewer than k of its chunk precede it), so the
+//    result is the one-pass result.
+//
+// Selecting, in both stages (select_sorted): a radix select on the bit
+// patterns (non-negative floats order like their bits), four passes of a
+// 256-bin histogram of one byte among the values sharing the bytes chosen
+// so far, gives the k-th largest value T and how many ties with T are
+// taken; every value > T is gathered, then the ties in list order, which is
+// position order (stage 1 lists positions ascending; stage 2 lists chunks in
+// order, each sorted with its ties by ascending position); the k are ranked
+// by (value desc, position asc).
 #include <cuda_runtime.h>
 
 #include <stdexcept>
@@ -19,140 +33,202 @@
 namespace specpipe::kernels::cuda {
 namespace {
 
-constexpr int threads = 512;
+constexpr int chunk_len = 2048;      // stage 1 positions per block
+constexpr int local_threads = 256;   // stage 1
+constexpr int merge_threads = 512;   // stage 2
 constexpr unsigned ineligible = 0xffffffffu;  // never a non-negative float's bit pattern
 
-__global__ void __launch_bounds__(threads) topk_kernel(topk_args a) {
-  const int g = blockIdx.x, r = blockIdx.y;
+// Candidates each chunk keeps room for: min(k, chunk_len), at most topk_max_k.
+constexpr int slot_cap = topk_max_k < chunk_len ? topk_max_k : chunk_len;
+
+__host__ __device__ int chunks_of(int len) { return (len + chunk_len - 1) / chunk_len; }
+
+struct select_smem {
+  unsigned hist[256];
+  unsigned sel_key[topk_max_k];
+  int sel_pos[topk_max_k];
+  int warp_counts[32];
+  unsigned prefix, remaining;
+  int n_sel, n_eq_taken;
+};
+
+// The k (>= 1) largest of items 0 .. n-1 by (key desc, position asc), ties
+// with the k-th taken in item order (which must be position order among
+// equal keys). Writes out_pos[rank] (and out_key[rank] when given).
+template <int T, class KeyAt, class PosAt>
+__device__ void select_sorted(select_smem& sm, KeyAt key_at, PosAt pos_at, int n, int k, int* out_pos,
+                              unsigned* out_key) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  if (tid == 0) {
+    sm.prefix = 0;
+    sm.remaining = unsigned(k);
+    sm.n_sel = 0;
+    sm.n_eq_taken = 0;
+  }
+  __syncthreads();
+  unsigned mask = 0;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int i = tid; i < 256; i += T) sm.hist[i] = 0;
+    __syncthreads();
+    const unsigned prefix = sm.prefix;
+    for (int i = tid; i < n; i += T) {
+      const unsigned key = key_at(i);
+      if (key != ineligible && (key & mask) == prefix) atomicAdd(&sm.hist[(key >> shift) & 255u], 1u);
+    }
+    __syncthreads();
+    if (tid == 0) {
+      unsigned need = sm.remaining, above = 0;
+      int d = 255;
+      for (; d > 0; --d) {
+        if (above + sm.hist[d] >= need) break;
+        above += sm.hist[d];
+      }
+      sm.prefix = prefix | (unsigned(d) << shift);
+      sm.remaining = need - above;
+    }
+    mask |= 255u << shift;
+    __syncthreads();
+  }
+  const unsigned thr = sm.prefix;
+  const int need_eq = int(sm.remaining);  // ties with thr among the k; the rest are > thr
+
+  for (int i = tid; i < n; i += T) {  // everything above thr
+    const unsigned key = key_at(i);
+    if (key != ineligible && key > thr) {
+      const int at = atomicAdd(&sm.n_sel, 1);
+      sm.sel_key[at] = key;
+      sm.sel_pos[at] = pos_at(i);
+    }
+  }
+  __syncthreads();
+  for (int i0 = 0; i0 < n; i0 += T) {  // the first ties in item order
+    if (sm.n_eq_taken >= need_eq) break;  // uniform: read after the barrier below
+    const int i = i0 + tid;
+    const bool eq = i < n && key_at(i) == thr;
+    const unsigned ballot = __ballot_sync(0xffffffffu, eq);
+    if (lane == 0) sm.warp_counts[warp] = __popc(ballot);
+    __syncthreads();
+    int before = sm.n_eq_taken + __popc(ballot & ((1u << lane) - 1u));
+    for (int w = 0; w < warp; ++w) before += sm.warp_counts[w];
+    if (eq && before < need_eq) {
+      const int at = k - need_eq + before;  // after the k - need_eq larger ones
+      sm.sel_key[at] = thr;
+      sm.sel_pos[at] = pos_at(i);
+    }
+    __syncthreads();
+    if (tid == 0) {
+      int total = 0;
+      for (int w = 0; w < T / 32; ++w) total += sm.warp_counts[w];
+      sm.n_eq_taken += total;
+    }
+    __syncthreads();
+  }
+  for (int i = tid; i < k; i += T) {  // rank: value descending, then position ascending
+    const unsigned ki = sm.sel_key[i];
+    const int pi = sm.sel_pos[i];
+    int rank = 0;
+    for (int m = 0; m < k; ++m) {
+      const unsigned km = sm.sel_key[m];
+      rank += (km > ki || (km == ki && sm.sel_pos[m] < pi)) ? 1 : 0;
+    }
+    out_pos[rank] = pi;
+    if (out_key) out_key[rank] = ki;
+  }
+}
+
+// Scratch of one (row, KV head): per chunk slot_cap keys, slot_cap positions, a count.
+struct chunk_scratch {
+  unsigned* keys;
+  int* pos;
+  int* count;
+};
+__device__ chunk_scratch scratch_of(const topk_args& a, int r, int g) {
+  const int chunks = chunks_of(a.max_len);
+  unsigned* base = reinterpret_cast<unsigned*>(a.scratch) +
+                   (std::int64_t(r) * a.n_kv_heads + g) * std::int64_t(chunks) * (2 * slot_cap + 1);
+  return {base, reinterpret_cast<int*>(base) + chunks * slot_cap, reinterpret_cast<int*>(base) + 2 * chunks * slot_cap};
+}
+
+__global__ void __launch_bounds__(local_threads) topk_local_kernel(topk_args a) {
+  const int chunk = blockIdx.x, g = blockIdx.y, r = blockIdx.z;
   const int tid = threadIdx.x;
-  const int group = a.n_heads / a.n_kv_heads;
   const int len = a.row_len[r];
+  const int c0 = chunk * chunk_len;
+  const chunk_scratch cs = scratch_of(a, r, g);
+  if (c0 >= len || a.k == 0) {
+    if (tid == 0) cs.count[chunk] = 0;
+    return;
+  }
+  const int n = min(chunk_len, len - c0);
   const int excl = a.row_exclude ? a.row_exclude[r] : -1;
-  unsigned* keys = reinterpret_cast<unsigned*>(a.scratch) + (std::int64_t(r) * a.n_kv_heads + g) * a.max_len;
-  std::int32_t* out = a.positions + (std::int64_t(r) * a.n_kv_heads + g) * a.k;
-
-  __shared__ unsigned hist[256];
-  __shared__ unsigned sel_key[topk_max_k];
-  __shared__ int sel_pos[topk_max_k];
-  __shared__ int n_sel, n_eq_taken, warp_counts[threads / 32];
-  __shared__ unsigned prefix_s, remaining_s;
-
+  const int group = a.n_heads / a.n_kv_heads;
   const std::int64_t ml_stride = a.ml_row_stride > 0 ? a.ml_row_stride : std::int64_t(a.n_heads) * 2;
-  // 1. Averages over the group's heads.
+  __shared__ unsigned keys[chunk_len];
+  __shared__ select_smem sm;
+  __shared__ int elig_s;
+  if (tid == 0) elig_s = 0;
+  __syncthreads();
   const float inv = 1.0f / float(group);
-  const float* base = a.values + std::int64_t(r) * a.n_heads * a.stride;
-  for (int j = tid; j < len; j += threads) {
+  const float* base = a.values + std::int64_t(r) * a.n_heads * a.stride + c0;
+  int mine = 0;  // eligible positions of this thread
+  for (int i = tid; i < n; i += local_threads) {
     float s = 0.f;
     for (int h = g * group; h < (g + 1) * group; ++h) {
-      float p = base[std::int64_t(h) * a.stride + j];
+      float p = base[std::int64_t(h) * a.stride + i];
       if (a.ml) {
         const float* ml = a.ml + std::int64_t(r) * ml_stride + h * 2;
         p = __fmul_rn(exp2f(__fsub_rn(p, ml[0])), __frcp_rn(ml[1]));  // packed_attention_probs' value, bit for bit
       }
       s = __fadd_rn(s, p);
     }
-    keys[j] = j == excl ? ineligible : __float_as_uint(__fmul_rn(s, inv));
+    const bool out = c0 + i == excl;
+    keys[i] = out ? ineligible : __float_as_uint(__fmul_rn(s, inv));
+    mine += out ? 0 : 1;
   }
-  const int eligible = len - (excl >= 0 && excl < len ? 1 : 0);
-  const int k = min(a.k, eligible);
-  if (tid == 0) {
-    a.count[std::int64_t(r) * a.n_kv_heads + g] = k;
-    prefix_s = 0;
-    remaining_s = unsigned(k);
-    n_sel = 0;
-    n_eq_taken = 0;
-  }
+  if (mine) atomicAdd(&elig_s, mine);
   __syncthreads();
+  const int kk = min(a.k, elig_s);
+  if (kk > 0)
+    select_sorted<local_threads>(
+        sm, [&](int i) { return keys[i]; }, [&](int i) { return c0 + i; }, n, kk, cs.pos + chunk * slot_cap,
+        cs.keys + chunk * slot_cap);
+  if (tid == 0) cs.count[chunk] = kk;
+}
+
+__global__ void __launch_bounds__(merge_threads) topk_merge_kernel(topk_args a) {
+  const int g = blockIdx.x, r = blockIdx.y;
+  const int tid = threadIdx.x;
+  const int len = a.row_len[r];
+  const int chunks = chunks_of(len);
+  const int stride = min(a.k, slot_cap);  // candidate slots per chunk in the item list
+  const chunk_scratch cs = scratch_of(a, r, g);
+  __shared__ select_smem sm;
+  __shared__ int total_s;
+  if (tid == 0) total_s = 0;
+  __syncthreads();
+  for (int c = tid; c < chunks; c += merge_threads) atomicAdd(&total_s, cs.count[c]);
+  __syncthreads();
+  const int k = min(a.k, total_s);
+  if (tid == 0) a.count[std::int64_t(r) * a.n_kv_heads + g] = k;
   if (k == 0) return;
-
-  // 2. Radix select of the k-th largest bit pattern.
-  unsigned mask = 0;
-  for (int shift = 24; shift >= 0; shift -= 8) {
-    for (int i = tid; i < 256; i += threads) hist[i] = 0;
-    __syncthreads();
-    const unsigned prefix = prefix_s;
-    // Warp-aggregated: probabilities of one row share their top bytes, so
-    // one atomic per distinct bin per warp instead of one per key (v1's
-    // per-key atomics serialized on one bin: 214 us for 8 rows of 32k on the
-    // H200).
-    for (int j0 = 0; j0 < len; j0 += threads) {
-      const int j = j0 + tid;
-      unsigned bin = 256u;
-      if (j < len) {
-        const unsigned key = keys[j];
-        if (key != ineligible && (key & mask) == prefix) bin = (key >> shift) & 255u;
-      }
-      const unsigned peers = __match_any_sync(0xffffffffu, bin);
-      if (bin < 256u && (tid & 31) == __ffs(peers) - 1) atomicAdd(&hist[bin], unsigned(__popc(peers)));
-    }
-    __syncthreads();
-    if (tid == 0) {
-      unsigned need = remaining_s, above = 0;
-      int d = 255;
-      for (; d > 0; --d) {
-        if (above + hist[d] >= need) break;
-        above += hist[d];
-      }
-      prefix_s = prefix | (unsigned(d) << shift);
-      remaining_s = need - above;
-    }
-    mask |= 255u << shift;
-    __syncthreads();
-  }
-  const unsigned T = prefix_s;
-  const int need_eq = int(remaining_s);  // ties with T among the k; the rest are > T
-
-  // 3a. Everything above T.
-  for (int j = tid; j < len; j += threads) {
-    const unsigned key = keys[j];
-    if (key != ineligible && key > T) {
-      const int at = atomicAdd(&n_sel, 1);
-      sel_key[at] = key;
-      sel_pos[at] = j;
-    }
-  }
-  __syncthreads();
-  // 3b. The lowest positions equal to T, in position order.
-  const int lane = tid & 31, warp = tid >> 5;
-  for (int j0 = 0; j0 < len; j0 += threads) {
-    if (n_eq_taken >= need_eq) break;  // uniform: read after the barrier below
-    const int j = j0 + tid;
-    const bool eq = j < len && keys[j] == T;
-    const unsigned ballot = __ballot_sync(0xffffffffu, eq);
-    if (lane == 0) warp_counts[warp] = __popc(ballot);
-    __syncthreads();
-    int before = n_eq_taken + __popc(ballot & ((1u << lane) - 1u));
-    for (int w = 0; w < warp; ++w) before += warp_counts[w];
-    if (eq && before < need_eq) {
-      const int at = k - need_eq + before;  // after the n_sel = k - need_eq larger ones
-      sel_key[at] = T;
-      sel_pos[at] = j;
-    }
-    __syncthreads();
-    if (tid == 0) {
-      int total = 0;
-      for (int w = 0; w < threads / 32; ++w) total += warp_counts[w];
-      n_eq_taken += total;
-    }
-    __syncthreads();
-  }
-  // 3c. Rank: value descending, then position ascending (a strict order).
-  for (int i = tid; i < k; i += threads) {
-    const unsigned ki = sel_key[i];
-    const int pi = sel_pos[i];
-    int rank = 0;
-    for (int m = 0; m < k; ++m) {
-      const unsigned km = sel_key[m];
-      rank += (km > ki || (km == ki && sel_pos[m] < pi)) ? 1 : 0;
-    }
-    out[rank] = pi;
-  }
+  // Item i: slot i % stride of chunk i / stride (ineligible past its count).
+  auto key_at = [&](int i) {
+    const int c = i / stride, j = i - c * stride;
+    return j < cs.count[c] ? cs.keys[c * slot_cap + j] : ineligible;
+  };
+  auto pos_at = [&](int i) {
+    const int c = i / stride;
+    return cs.pos[c * slot_cap + (i - c * stride)];
+  };
+  select_sorted<merge_threads>(sm, key_at, pos_at, chunks * stride, k,
+                               a.positions + (std::int64_t(r) * a.n_kv_heads + g) * a.k, nullptr);
 }
 
 }  // namespace
 
 std::size_t topk_scratch_floats(int rows, int n_kv_heads, int max_len) {
-  return std::size_t(rows) * std::size_t(n_kv_heads) * std::size_t(max_len);
+  return std::size_t(rows) * std::size_t(n_kv_heads) * std::size_t(chunks_of(max_len)) *
+         std::size_t(2 * slot_cap + 1);
 }
 
 void topk_gqa(const topk_args& a, stream_t s) {
@@ -164,7 +240,10 @@ void topk_gqa(const topk_args& a, stream_t s) {
   if (a.k < 0 || a.k > topk_max_k) fail("k " + std::to_string(a.k) + " outside [0, " + std::to_string(topk_max_k) + "]");
   if (!a.values || !a.row_len || !a.positions || !a.count || !a.scratch || a.max_len < 1 || a.stride < a.max_len)
     fail("values, lengths, outputs and scratch must be given, stride >= max_len >= 1");
-  topk_kernel<<<dim3(unsigned(a.n_kv_heads), unsigned(a.rows)), threads, 0, as_stream(s)>>>(a);
+  topk_local_kernel<<<dim3(unsigned(chunks_of(a.max_len)), unsigned(a.n_kv_heads), unsigned(a.rows)), local_threads, 0,
+                      as_stream(s)>>>(a);
+  CUDA_CHECK_LAUNCH();
+  topk_merge_kernel<<<dim3(unsigned(a.n_kv_heads), unsigned(a.rows)), merge_threads, 0, as_stream(s)>>>(a);
   CUDA_CHECK_LAUNCH();
 }
 

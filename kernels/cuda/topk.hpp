@@ -8,10 +8,11 @@
 // Input is either probabilities, or the raw log2 scores of packed_attention
 // with its combined (max, sum) per head, normalized on the fly exactly as
 // packed_attention_probs would (2^(s - m) / l), so the probabilities need
-// not be written at all. One block per (row, KV head): the averages go to a
-// caller-owned scratch, a radix select over their f32 bit patterns (four
-// 8-bit digits) finds the k-th largest, then the larger ones and the lowest
-// positions of the ties are gathered and ranked.
+// not be written at all. Two stages (topk.cu): blocks over chunks of 2048
+// positions pick each chunk's own top-k, then one block per (row, KV head)
+// picks the top-k of those candidates; each selection is a radix select over
+// the f32 bit patterns (four 8-bit digits) for the k-th largest, then the
+// larger ones and the lowest positions of the ties, ranked.
 #include <cstddef>
 #include <cstdint>
 

@@ -164,6 +164,7 @@ TEST(CacheBenchCli, CpuBenchRunsTheCacheModesThroughThePipeline) {
   EXPECT_THAT(gpu.out, HasSubstr("speculative prefetch (2 rows/seq)"));
   EXPECT_THAT(gpu.out, HasSubstr("output prefetch"));
   EXPECT_THAT(gpu.out, HasSubstr("MiB fetched per step"));
+  EXPECT_THAT(gpu.out, HasSubstr("of the fetch hidden"));
   const auto bad = run_specpipe("bench --device cuda --preset tiny --kv specache --topk 4096");
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_THAT(bad.err, HasSubstr("--topk"));

@@ -71,10 +71,9 @@ void compare(const std::vector<std::int32_t>& gpos, const std::vector<std::int32
     }
 }
 
-TEST_F(cuda_topk, matches_cpu_with_ties_and_exclusions) {
-  const int heads = 8, kv = 2, stride = 1100;
-  const std::vector<row_case> rows = {{1024, -1}, {1100, 10}, {37, 36}, {1, 0}, {600, 599}};
-  std::mt19937 rng(3000);
+void ties_and_exclusions(allocator& dev, int stride, const std::vector<row_case>& rows, unsigned seed) {
+  const int heads = 8, kv = 2;
+  std::mt19937 rng(seed);
   for (const int grid : {0, 8, 64}) {  // 0: continuous values; else probabilities on a grid of 1/grid (ties)
     std::vector<float> probs(rows.size() * std::size_t(heads * stride), 0.f);
     std::uniform_real_distribution<float> u(0.f, 1.f);
@@ -91,15 +90,15 @@ TEST_F(cuda_topk, matches_cpu_with_ties_and_exclusions) {
       len_h.push_back(rc.len);
       ex_h.push_back(rc.exclude);
     }
-    dev_array<float> pd(*dev_, probs);
-    dev_array<std::int32_t> ld(*dev_, len_h), ed(*dev_, ex_h);
-    dev_array<float> scratch(*dev_, kc::topk_scratch_floats(int(rows.size()), kv, stride));
+    dev_array<float> pd(dev, probs);
+    dev_array<std::int32_t> ld(dev, len_h), ed(dev, ex_h);
+    dev_array<float> scratch(dev, kc::topk_scratch_floats(int(rows.size()), kv, stride));
     for (const int k : {1, 5, 64, 1024}) {
       const std::string what = "grid " + std::to_string(grid) + " k " + std::to_string(k);
       SCOPED_TRACE(what);
       std::vector<std::vector<std::int64_t>> pos, cnt;
       cpu_topk(probs, rows, heads, kv, stride, k, pos, cnt);
-      dev_array<std::int32_t> gp(*dev_, rows.size() * std::size_t(kv * k)), gc(*dev_, rows.size() * std::size_t(kv));
+      dev_array<std::int32_t> gp(dev, rows.size() * std::size_t(kv * k)), gc(dev, rows.size() * std::size_t(kv));
       kc::topk_args a;
       a.values = pd.get();
       a.stride = stride;
@@ -118,6 +117,17 @@ TEST_F(cuda_topk, matches_cpu_with_ties_and_exclusions) {
       EXPECT_TRUE(gp.sentinel_intact() && gc.sentinel_intact());
     }
   }
+}
+
+TEST_F(cuda_topk, matches_cpu_with_ties_and_exclusions) {
+  ties_and_exclusions(*dev_, 1100, {{1024, -1}, {1100, 10}, {37, 36}, {1, 0}, {600, 599}}, 3000);
+}
+
+// Rows over many 2048-position chunks of the first stage: ties that span
+// chunks (the lowest positions must win across them), exclusions at chunk
+// edges, rows ending exactly on and just past a chunk.
+TEST_F(cuda_topk, long_rows_across_chunks) {
+  ties_and_exclusions(*dev_, 20000, {{20000, -1}, {19999, 4097}, {2049, 2048}, {4096, 0}, {7000, 6143}}, 3050);
 }
 
 TEST_F(cuda_topk, from_raw_scores_and_the_combine_statistics) {

@@ -153,7 +153,7 @@ TEST_F(cuda_specache, topk_covering_the_context_matches_the_full_cache) {
       cuda_forward fwd(gm, o);
       const auto got = run_specache(fwd, 0, prompt, forced, output);
       ASSERT_EQ(got.logits.size(), want.size());
-      EXPECT_GT(fwd.quantized(0), 2 * 32) << "the packed part must be exercised";
+      EXPECT_GE(fwd.quantized(0), 32) << "the packed part must be exercised";
       int greedy = 0;
       for (std::size_t s = 0; s < want.size(); ++s) {
         // Every attended value is the same bf16 as the full cache's; the
