@@ -71,9 +71,18 @@ __device__ void select_sorted(select_smem& sm, KeyAt key_at, PosAt pos_at, int n
     for (int i = tid; i < 256; i += T) sm.hist[i] = 0;
     __syncthreads();
     const unsigned prefix = sm.prefix;
-    for (int i = tid; i < n; i += T) {
-      const unsigned key = key_at(i);
-      if (key != ineligible && (key & mask) == prefix) atomicAdd(&sm.hist[(key >> shift) & 255u], 1u);
+    // Warp-aggregated increments: the averages of a row share their top
+    // byte, so per-key atomics would serialize on one bin (32 lanes at a
+    // time) in the first pass.
+    for (int i0 = 0; i0 < n; i0 += T) {
+      const int i = i0 + tid;
+      unsigned bin = 256u;
+      if (i < n) {
+        const unsigned key = key_at(i);
+        if (key != ineligible && (key & mask) == prefix) bin = (key >> shift) & 255u;
+      }
+      const unsigned peers = __match_any_sync(0xffffffffu, bin);
+      if (bin < 256u && lane == __ffs(peers) - 1) atomicAdd(&sm.hist[bin], unsigned(__popc(peers)));
     }
     __syncthreads();
     if (tid == 0) {
@@ -166,7 +175,15 @@ __global__ void __launch_bounds__(local_threads) topk_local_kernel(topk_args a) 
   __shared__ unsigned keys[chunk_len];
   __shared__ select_smem sm;
   __shared__ int elig_s;
+  // The group's (max, 1 / sum), once per block (the same f32 values as
+  // computing them per position).
+  __shared__ float m_s[64], r_s[64];
   if (tid == 0) elig_s = 0;
+  if (a.ml && tid < group && tid < 64) {
+    const float* ml = a.ml + std::int64_t(r) * ml_stride + (g * group + tid) * 2;
+    m_s[tid] = ml[0];
+    r_s[tid] = __frcp_rn(ml[1]);
+  }
   __syncthreads();
   const float inv = 1.0f / float(group);
   const float* base = a.values + std::int64_t(r) * a.n_heads * a.stride + c0;
@@ -175,9 +192,14 @@ __global__ void __launch_bounds__(local_threads) topk_local_kernel(topk_args a) 
     float s = 0.f;
     for (int h = g * group; h < (g + 1) * group; ++h) {
       float p = base[std::int64_t(h) * a.stride + i];
-      if (a.ml) {
-        const float* ml = a.ml + std::int64_t(r) * ml_stride + h * 2;
-        p = __fmul_rn(exp2f(__fsub_rn(p, ml[0])), __frcp_rn(ml[1]));  // packed_attention_probs' value, bit for bit
+      if (a.ml) {  // packed_attention_probs' value, bit for bit
+        const int hi = h - g * group;
+        if (hi < 64) {
+          p = __fmul_rn(exp2f(__fsub_rn(p, m_s[hi])), r_s[hi]);
+        } else {
+          const float* ml = a.ml + std::int64_t(r) * ml_stride + h * 2;
+          p = __fmul_rn(exp2f(__fsub_rn(p, ml[0])), __frcp_rn(ml[1]));
+        }
       }
       s = __fadd_rn(s, p);
     }
