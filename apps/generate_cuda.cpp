@@ -88,6 +88,14 @@ void write_trace(trace_buffer& trace, const std::string& file) {
 
 }  // namespace
 
+namespace {
+std::string fixed_pct(double share) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1f%%", 100 * share);
+  return b;
+}
+}  // namespace
+
 int run_generate_cuda(const model& m, const generation_request& req, const std::vector<std::int32_t>& eos_ids,
                       std::int64_t max_context, const std::string& prompt_text, const kv_mode& kv,
                       double gpu_memory_gib, const std::string& trace_file) {
@@ -97,6 +105,7 @@ int run_generate_cuda(const model& m, const generation_request& req, const std::
   o.kv = kv;
   check_budget(gpu_memory_gib, cuda_model::weight_bytes(m.config), cuda_forward::device_bytes(m.config, o));
   o.specache_fetch = kv.speculative();  // SpeCache: the host store and the fetch of top-k rows
+  o.specache_hit_rate = kv.speculative() && kv.prefetch == specache_prefetch::speculative;
   const cuda_model gpu(m.config, m.weights, 0);
   cuda_forward fwd(gpu, o);
   std::optional<cuda_decode_backend> plain;
@@ -121,10 +130,15 @@ int run_generate_cuda(const model& m, const generation_request& req, const std::
   if (spec) {
     const auto& s = spec->stats();
     std::fprintf(stderr,
-                 "[specache (GPU, %s prefetch, top-k %d): %lld steps | speculative token matched %.1f%% | %.1f KiB "
-                 "fetched per step | host store %.1f MiB | top-k hit rate: not measured on the GPU]\n",
+                 "[specache (GPU, %s prefetch, top-k %d): %lld steps | top-k hit rate %s | speculative token matched "
+                 "%.1f%% | %.1f KiB fetched per step | host store %.1f MiB]\n",
                  kv.prefetch == specache_prefetch::output ? "output" : "speculative", kv.topk,
-                 static_cast<long long>(s.steps), 100 * s.guess_rate(),
+                 static_cast<long long>(s.steps),
+                 s.needed > 0 ? (fixed_pct(s.hit_rate()) + " (" + std::to_string(s.hits) + " of " +
+                                 std::to_string(s.needed) + " rows, against this step's own attention)")
+                                    .c_str()
+                              : "n/a",
+                 100 * s.guess_rate(),
                  s.steps > 0 ? double(s.bytes_fetched) / double(s.steps) / 1024.0 : 0.0,
                  double(fwd.specache_host_bytes()) / double(1 << 20));
   }

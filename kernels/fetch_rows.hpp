@@ -40,10 +40,27 @@ struct fetch_rows_args {
   std::uint16_t* v_rows = nullptr;
 };
 
+// SpeCache's hit rate: of the positions a real row's own top-k needs
+// (needed[(r * n_kv_heads + h) * k + i], i < needed_count[...]), how many
+// the slot's fetched set holds (fetched_positions ascending, as fetch_rows
+// leaves them). Adds the needed and the hit counts to totals[0] and [1].
+struct count_hits_args {
+  const std::int32_t* needed = nullptr;
+  const std::int32_t* needed_count = nullptr;
+  int k = 0;                                   // stride of `needed`
+  const std::int32_t* row_slot = nullptr;      // [rows]
+  const std::int32_t* fetched_positions = nullptr;  // per (slot, head): fetched_stride ascending
+  const std::int32_t* fetched_count = nullptr;
+  int fetched_stride = 0;
+  int rows = 0, n_kv_heads = 0;
+  unsigned long long* totals = nullptr;        // [2]: needed, hits (accumulated)
+};
+
 namespace cpu {
 // Throws std::invalid_argument naming a missing array, a count above k or a
 // negative position.
 void fetch_rows(const fetch_rows_args& a);
+void count_hits(const count_hits_args& a);
 }  // namespace cpu
 
 }  // namespace specpipe::kernels

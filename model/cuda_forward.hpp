@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <utility>
 
 #include "kernels/cuda/gemm.hpp"
 #include "model/config.hpp"
@@ -112,6 +113,11 @@ struct cuda_forward_options {
   // block (codes loaded once for both). Off by default: at 1-2 bits the
   // attention is issue-bound and the 8-column block is slower.
   bool specache_shared_blocks = false;
+  // Measure the top-k hit rate: each real row also writes its scores, and
+  // per layer its own top-k (from this step's attention, fetched rows exact,
+  // the rest low-bit) is counted against the rows fetched for it
+  // (specache_hits). Costs a second top-k per layer and twice the scores.
+  bool specache_hit_rate = false;
   int packed_stages = 0;  // cp.async stages of the packed attention: 2, 3 or 4; 0: per format
 };
 
@@ -199,6 +205,9 @@ class cuda_forward {
   // and its fetch), to say how much of it a normal step hides.
   void specache_set_fetch(bool on);
   void specache_plan_and_fetch();
+  // With specache_hit_rate: {positions the real rows' top-k needed, of
+  // those already fetched}, summed over steps, layers and KV heads.
+  std::pair<std::int64_t, std::int64_t> specache_hits() const;
   // Pinned host bytes of the store (0 without specache_fetch).
   std::size_t specache_host_bytes() const;
   static std::size_t specache_host_bytes(const model_config& config, const cuda_forward_options& options);

@@ -63,8 +63,16 @@ struct cuda_forward::impl {
   // entry the slot, first position and rows copied to the host store; per
   // attention entry its scores row (-1: none); per planner row the top-k's
   // candidate positions and the slot.
-  static constexpr int int_arrays = 15;
-  enum ints_of : int { store_slot = 9, store_first = 10, store_count = 11, scores_row = 12, plan_len = 13, plan_slot = 14 };
+  static constexpr int int_arrays = 16;
+  enum ints_of : int {
+    store_slot = 9,
+    store_first = 10,
+    store_count = 11,
+    scores_row = 12,
+    plan_len = 13,
+    plan_slot = 14,
+    hit_len = 15  // per planner row: the real row's candidates this step (hit rate)
+  };
   buffer ints_dev;   // int32 [int_arrays][rows]
   buffer ints_host;  // pinned mirror
   buffer selected;   // int32 [max_batch]
@@ -101,6 +109,9 @@ struct cuda_forward::impl {
     buffer top_scratch;              // topk_gqa's
     buffer scores;                   // f32 [layer % 2][row][head][score_stride]
     buffer ml;                       // f32 [layer % 2][entry][head][2]
+    buffer hit_pos, hit_cnt;         // hit rate: the real rows' own top-k, [row][kv head][k], [row][kv head]
+    buffer hit_totals;               // u64 [2]: needed, hits
+    int score_rows = 0;              // rows per scores buffer: max_batch, or 2 * max_batch with the hit rate
     kc::stream planner, transfer;
     std::vector<kc::stream_event> attended, planned, fetched;  // per layer
     std::vector<bool> seeded;        // per slot: rows fetched for its next step
@@ -371,7 +382,11 @@ struct cuda_forward::impl {
   // The attention of layer l in a SpeCache phase, with the planner and
   // transfer work it starts.
   void spec_attention(int l, std::int64_t m);
+  void spec_topk(const float* scores, const float* ml, std::int64_t ml_stride, const std::int32_t* row_len,
+                 std::int32_t* positions, std::int32_t* count, kc::stream_t s);
   void spec_plan(int l, const float* scores, const float* ml, std::int64_t ml_stride, kc::stream_t s);
+  // Hit rate: the real rows' own top-k of layer l against the set they read.
+  void spec_count_hits(int l, const float* scores, const float* ml, kc::stream_t s);
   void spec_fetch(int l, kc::stream_t s);
   // After the last layer: the compute stream waits for the last fetch.
   void spec_join();

@@ -71,12 +71,13 @@ std::size_t cuda_forward::specache_device_bytes(const model_config& c, const cud
   const std::size_t stride = std::size_t(score_stride_of(o));
   const std::size_t rows = L * b * nkv * k * d * 2 * 2;         // K and V, bf16
   const std::size_t positions = 2 * L * b * nkv * (k + 1) * 4;  // fetched + planned, with counts
-  const std::size_t scores = 2 * b * nh * stride * 4;
+  const std::size_t scores = 2 * (o.specache_hit_rate ? 2 : 1) * b * nh * stride * 4;
+  const std::size_t hits = o.specache_hit_rate ? b * nkv * (k + 1) * 4 + 16 : 0;
   const std::size_t ml = 2 * 2 * b * nh * 2 * 4;
   // kernels/cuda/topk.cu's topk_scratch_floats: per (row, KV head) and chunk
   // of 2048 positions, 1024 keys and positions and a count.
   const std::size_t scratch = b * nkv * ((stride + 2047) / 2048) * (2 * 1024 + 1) * 4;
-  return rows + positions + scores + ml + scratch;
+  return rows + positions + scores + ml + scratch + hits;
 }
 
 #ifdef SPECPIPE_HAVE_CUDA
@@ -98,7 +99,14 @@ void cuda_forward::impl::spec_init() {
   S->top_pos = buffer(*dev, L * b * nkv * k * 4);
   S->top_cnt = buffer(*dev, L * b * nkv * 4);
   S->top_scratch = buffer(*dev, kc::topk_scratch_floats(int(b), int(nkv), int(S->score_stride)) * 4);
-  S->scores = buffer(*dev, 2 * b * nh * std::size_t(S->score_stride) * 4);
+  S->score_rows = int(b) * (opt.specache_hit_rate ? 2 : 1);
+  S->scores = buffer(*dev, 2 * std::size_t(S->score_rows) * nh * std::size_t(S->score_stride) * 4);
+  if (opt.specache_hit_rate) {
+    S->hit_pos = buffer(*dev, b * nkv * k * 4);
+    S->hit_cnt = buffer(*dev, b * nkv * 4);
+    S->hit_totals = buffer(*dev, 16);
+    kc::fill_bytes(S->hit_totals.data(), 0, 16, st.get());
+  }
   S->ml = buffer(*dev, 2 * 2 * b * nh * 2 * 4);
   kc::fill_bytes(S->cnt.data(), 0, S->cnt.size(), st.get());  // no rows until a predecode fetches some
   S->attended.resize(L);
@@ -141,7 +149,8 @@ std::size_t layer_rows(const cuda_forward::impl& s) {
 }
 }  // namespace
 
-void cuda_forward::impl::spec_plan(int l, const float* scores, const float* ml, std::int64_t ml_stride,
+void cuda_forward::impl::spec_topk(const float* scores, const float* ml, std::int64_t ml_stride,
+                                   const std::int32_t* row_len, std::int32_t* positions, std::int32_t* count,
                                    kc::stream_t s) {
   auto& S = *spec;
   kc::topk_args t;
@@ -149,16 +158,45 @@ void cuda_forward::impl::spec_plan(int l, const float* scores, const float* ml, 
   t.stride = S.score_stride;
   t.ml = ml;
   t.ml_row_stride = ml_stride;
-  t.row_len = dev_ints(plan_len);
+  t.row_len = row_len;
   t.rows = S.real;
   t.n_heads = int(c.num_attention_heads);
   t.n_kv_heads = int(c.num_key_value_heads);
   t.k = S.k;
-  t.positions = S.top_pos.as<std::int32_t>() + std::size_t(l) * layer_rows(*this);
-  t.count = S.top_cnt.as<std::int32_t>() + std::size_t(l) * std::size_t(opt.max_batch * c.num_key_value_heads);
+  t.positions = positions;
+  t.count = count;
   t.scratch = S.top_scratch.as<float>();
   t.max_len = int(S.score_stride);
   kc::topk_gqa(t, s);
+}
+
+void cuda_forward::impl::spec_plan(int l, const float* scores, const float* ml, std::int64_t ml_stride,
+                                   kc::stream_t s) {
+  auto& S = *spec;
+  spec_topk(scores, ml, ml_stride, dev_ints(plan_len),
+            S.top_pos.as<std::int32_t>() + std::size_t(l) * layer_rows(*this),
+            S.top_cnt.as<std::int32_t>() + std::size_t(l) * std::size_t(opt.max_batch * c.num_key_value_heads), s);
+}
+
+void cuda_forward::impl::spec_count_hits(int l, const float* scores, const float* ml, kc::stream_t s) {
+  auto& S = *spec;
+  const std::size_t nh = std::size_t(c.num_attention_heads);
+  // The real rows' scores follow the speculative rows'; their (max, sum)
+  // are the even entries'.
+  spec_topk(scores + std::size_t(opt.max_batch) * nh * std::size_t(S.score_stride), ml, std::int64_t(4 * nh),
+            dev_ints(hit_len), S.hit_pos.as<std::int32_t>(), S.hit_cnt.as<std::int32_t>(), s);
+  kernels::count_hits_args h;
+  h.needed = S.hit_pos.as<std::int32_t>();
+  h.needed_count = S.hit_cnt.as<std::int32_t>();
+  h.k = S.k;
+  h.row_slot = dev_ints(plan_slot);
+  h.fetched_positions = S.pos.as<std::int32_t>() + std::size_t(l) * layer_rows(*this);
+  h.fetched_count = S.cnt.as<std::int32_t>() + std::size_t(l) * std::size_t(opt.max_batch * c.num_key_value_heads);
+  h.fetched_stride = S.k;
+  h.rows = S.real;
+  h.n_kv_heads = int(c.num_key_value_heads);
+  h.totals = S.hit_totals.as<unsigned long long>();
+  kc::count_hits(h, s);
 }
 
 void cuda_forward::impl::spec_fetch(int l, kc::stream_t s) {
@@ -185,7 +223,7 @@ void cuda_forward::impl::spec_attention(int l, std::int64_t m) {
   auto& S = *spec;
   const std::size_t nh = std::size_t(c.num_attention_heads);
   const std::size_t heads = std::size_t(opt.max_batch * c.num_key_value_heads);
-  float* scores = S.scores.as<float>() + std::size_t(l % 2) * std::size_t(opt.max_batch) * nh *
+  float* scores = S.scores.as<float>() + std::size_t(l % 2) * std::size_t(S.score_rows) * nh *
                                              std::size_t(S.score_stride);
   float* ml = S.ml.as<float>() + std::size_t(l % 2) * 2 * std::size_t(opt.max_batch) * nh * 2;
   auto with_rows = [&](kc::packed_attention_args& a) {
@@ -230,6 +268,7 @@ void cuda_forward::impl::spec_attention(int l, std::int64_t m) {
   S.attended[std::size_t(l)].record(cs);
   S.attended[std::size_t(l)].wait_on(S.planner.get());
   spec_plan(l, scores, two ? ml + nh * 2 : ml, two ? std::int64_t(4 * nh) : 0, S.planner.get());
+  if (two && opt.specache_hit_rate) spec_count_hits(l, scores, ml, S.planner.get());
   S.planned[std::size_t(l)].record(S.planner.get());
   S.planned[std::size_t(l)].wait_on(S.transfer.get());
   spec_fetch(l, S.transfer.get());
@@ -294,7 +333,9 @@ void cuda_forward::impl::spec_forward(spec_phase ph, const char* who, std::span<
     host_ints(2)[e] = std::int32_t(pos);
     host_ints(3)[e] = std::int32_t(pos + 1);
     set_quant_row(e, after, nq / G, f);
-    host_ints(scores_row)[e] = two ? -1 : std::int32_t(i);
+    // The real row's scores only for the hit rate (rows after the speculative ones).
+    host_ints(scores_row)[e] = !two ? std::int32_t(i) : opt.specache_hit_rate ? std::int32_t(opt.max_batch + i) : -1;
+    host_ints(hit_len)[i] = std::int32_t(after);
     host_ints(store_slot)[i] = slot;
     host_ints(store_first)[i] = std::int32_t(pos);
     host_ints(store_count)[i] = 1;
@@ -386,7 +427,8 @@ void cuda_forward::specache_plan_and_fetch() {
   const std::size_t nh = std::size_t(s.c.num_attention_heads), b = std::size_t(s.opt.max_batch);
   // The speculative step's layout: every second entry's (max, sum).
   for (int l = 0; l < int(s.c.num_hidden_layers); ++l) {
-    const float* scores = S.scores.as<float>() + std::size_t(l % 2) * b * nh * std::size_t(S.score_stride);
+    const float* scores =
+        S.scores.as<float>() + std::size_t(l % 2) * std::size_t(S.score_rows) * nh * std::size_t(S.score_stride);
     const float* ml = S.ml.as<float>() + std::size_t(l % 2) * 2 * b * nh * 2;
     s.spec_plan(l, scores, ml + nh * 2, std::int64_t(4 * nh), s.st.get());
     s.spec_fetch(l, s.st.get());
@@ -394,6 +436,15 @@ void cuda_forward::specache_plan_and_fetch() {
 }
 
 std::size_t cuda_forward::specache_host_bytes() const { return impl_->spec ? impl_->spec->store.size() : 0; }
+
+std::pair<std::int64_t, std::int64_t> cuda_forward::specache_hits() const {
+  auto& s = *impl_;
+  if (!s.spec || !s.opt.specache_hit_rate) return {0, 0};
+  unsigned long long t[2] = {0, 0};
+  kc::copy_to_host(t, s.spec->hit_totals.data(), sizeof t, s.st.get());
+  s.st.synchronize();
+  return {std::int64_t(t[0]), std::int64_t(t[1])};
+}
 
 std::int64_t cuda_forward::specache_rows_fetched() const { return impl_->spec ? impl_->spec->rows_fetched : 0; }
 

@@ -23,6 +23,7 @@ void cuda_specache_backend::prefill(std::span<const std::int32_t> tokens) {
 
 void cuda_specache_backend::step(std::int32_t token) {
   const std::int64_t before = fwd_.specache_rows_fetched();
+  const auto hits_before = fwd_.specache_hits();
   const std::int64_t pos = length();
   ++stats_.steps;
   if (prefetch_ == specache_prefetch::output) {
@@ -47,6 +48,11 @@ void cuda_specache_backend::step(std::int32_t token) {
   const std::int64_t rows = fwd_.specache_rows_fetched() - before;
   stats_.rows_fetched += rows;
   stats_.bytes_fetched += rows * 4 * fwd_.config().head_dim;
+  if (fwd_.options().specache_hit_rate) {
+    const auto hits = fwd_.specache_hits();
+    stats_.needed += hits.first - hits_before.first;
+    stats_.hits += hits.second - hits_before.second;
+  }
 }
 
 std::int32_t cuda_specache_backend::pick(std::int64_t index) {

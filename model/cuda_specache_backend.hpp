@@ -22,9 +22,11 @@ class cuda_specache_backend final : public decode_backend {
   void step(std::int32_t token) override;
   std::int32_t pick(std::int64_t index) override;
 
-  // Steps, speculative-token matches and rows fetched (2 * head_dim bf16
-  // each). The top-k hit rate needs the exact keys' top-k, which the GPU
-  // path does not compute: needed and hits stay 0.
+  // Steps, speculative-token matches, rows fetched (2 * head_dim bf16
+  // each) and, with the forward's specache_hit_rate, the top-k hit rate: of
+  // the positions each real row's own top-k needed (from its attention of
+  // that step: fetched rows exact, the rest low-bit; the CPU ranks the exact
+  // 16-bit keys instead), the share already fetched.
   const specache_stats& stats() const { return stats_; }
 
  private:

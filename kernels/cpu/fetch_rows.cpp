@@ -40,4 +40,20 @@ void fetch_rows(const fetch_rows_args& a) {
   }
 }
 
+void count_hits(const count_hits_args& a) {
+  if (!a.needed || !a.needed_count || !a.row_slot || !a.fetched_positions || !a.fetched_count || !a.totals)
+    throw std::invalid_argument("count_hits: every array must be given");
+  const std::int64_t nkv = a.n_kv_heads;
+  for (int r = 0; r < a.rows; ++r)
+    for (std::int64_t h = 0; h < nkv; ++h) {
+      const std::int64_t s = a.row_slot[r];
+      const std::int32_t* f = a.fetched_positions + (s * nkv + h) * a.fetched_stride;
+      const std::int32_t nf = a.fetched_count[s * nkv + h];
+      const std::int32_t n = a.needed_count[r * nkv + h];
+      a.totals[0] += std::uint64_t(n);
+      for (std::int32_t i = 0; i < n; ++i)
+        if (std::binary_search(f, f + nf, a.needed[(r * nkv + h) * a.k + i])) ++a.totals[1];
+    }
+}
+
 }  // namespace specpipe::kernels::cpu

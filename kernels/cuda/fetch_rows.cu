@@ -68,6 +68,31 @@ __global__ void __launch_bounds__(kThreads) fetch_rows_kernel(fetch_rows_args a)
   }
 }
 
+__global__ void count_hits_kernel(count_hits_args a) {
+  const int h = blockIdx.x, r = blockIdx.y, lane = threadIdx.x;
+  const int nkv = a.n_kv_heads;
+  const std::int64_t s = a.row_slot[r];
+  const std::int32_t* f = a.fetched_positions + (s * nkv + h) * a.fetched_stride;
+  const int nf = a.fetched_count[s * nkv + h];
+  const int n = a.needed_count[std::int64_t(r) * nkv + h];
+  unsigned hits = 0;
+  for (int i = lane; i < n; i += 32) {
+    const std::int32_t p = a.needed[(std::int64_t(r) * nkv + h) * a.k + i];
+    int lo = 0, hi = nf;  // first fetched position >= p
+    while (lo < hi) {
+      const int mid = (lo + hi) >> 1;
+      if (f[mid] < p) lo = mid + 1;
+      else hi = mid;
+    }
+    hits += (lo < nf && f[lo] == p) ? 1u : 0u;
+  }
+  for (int off = 16; off > 0; off >>= 1) hits += __shfl_xor_sync(0xffffffffu, hits, off);
+  if (lane == 0) {
+    atomicAdd(&a.totals[0], static_cast<unsigned long long>(n));
+    atomicAdd(&a.totals[1], static_cast<unsigned long long>(hits));
+  }
+}
+
 [[noreturn]] void fail(const std::string& what) { throw std::invalid_argument("cuda::fetch_rows: " + what); }
 
 bool aligned(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
@@ -86,6 +111,16 @@ void fetch_rows(const fetch_rows_args& a, stream_t s) {
     fail("head_dim must be a positive multiple of 8, got " + std::to_string(a.head_dim));
   if (!aligned(a.store) || !aligned(a.k_rows) || !aligned(a.v_rows)) fail("store and rows must be 16-byte aligned");
   fetch_rows_kernel<<<dim3(unsigned(a.n_kv_heads), unsigned(a.rows)), kThreads, 0, as_stream(s)>>>(a);
+  CUDA_CHECK_LAUNCH();
+}
+
+void count_hits(const count_hits_args& a, stream_t s) {
+  if (a.rows == 0) return;
+  if (a.rows < 0 || a.n_kv_heads < 1 || a.k < 1 || a.fetched_stride < 1)
+    throw std::invalid_argument("cuda::count_hits: rows >= 0, n_kv_heads, k and fetched_stride >= 1");
+  if (!a.needed || !a.needed_count || !a.row_slot || !a.fetched_positions || !a.fetched_count || !a.totals)
+    throw std::invalid_argument("cuda::count_hits: every array must be given");
+  count_hits_kernel<<<dim3(unsigned(a.n_kv_heads), unsigned(a.rows)), 32, 0, as_stream(s)>>>(a);
   CUDA_CHECK_LAUNCH();
 }
 

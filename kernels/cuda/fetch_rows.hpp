@@ -15,4 +15,8 @@ namespace specpipe::kernels::cuda {
 // 8, k at most 1024, 16-byte aligned store and rows) and launches on `s`.
 void fetch_rows(const fetch_rows_args& a, stream_t s);
 
+// The twin of kernels::cpu::count_hits: one warp per (row, KV head), a
+// binary search per needed position, one atomic add per warp.
+void count_hits(const count_hits_args& a, stream_t s);
+
 }  // namespace specpipe::kernels::cuda

@@ -139,6 +139,9 @@ TEST(CudaGenerateCli, SpeCacheRunsOnTheGpu) {
     ASSERT_EQ(g.exit_code, 0) << g.err;
     EXPECT_THAT(g.err, HasSubstr("specache (GPU, " + prefetch + " prefetch, top-k 8)"));
     EXPECT_THAT(g.err, HasSubstr("KiB fetched per step"));
+    if (prefetch == "speculative") {
+      EXPECT_THAT(g.err, HasSubstr("rows, against this step's own attention"));
+    }
   }
   const auto bad = run_specpipe("generate --device cuda --kv specache --topk 2000 --prompt hi -n 2");
   EXPECT_EQ(bad.exit_code, 2) << bad.err;

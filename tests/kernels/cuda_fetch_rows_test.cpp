@@ -111,6 +111,60 @@ TEST_F(cuda_fetch_rows, matches_cpu_on_random_sets) {
 #endif
 }
 
+// count_hits against the CPU: needed sets overlapping the fetched ones by
+// chance, empty sets, a row whose needed set equals its fetched set.
+TEST_F(cuda_fetch_rows, hit_counts_match_cpu) {
+#ifdef SPECPIPE_HAVE_CUDA
+  std::mt19937 rng(77);
+  const int slots = 4, rows = 3, nkv = 8, k = 64;
+  std::vector<std::int32_t> fpos(std::size_t(slots * nkv * k), 0), fcnt(std::size_t(slots * nkv));
+  std::vector<std::int32_t> need(std::size_t(rows * nkv * k), 0), ncnt(std::size_t(rows * nkv));
+  std::vector<std::int32_t> all(300);
+  std::iota(all.begin(), all.end(), 0);
+  for (int i = 0; i < slots * nkv; ++i) {
+    std::shuffle(all.begin(), all.end(), rng);
+    fcnt[std::size_t(i)] = int(rng() % (k + 1));
+    std::sort(all.begin(), all.begin() + fcnt[std::size_t(i)]);
+    std::copy(all.begin(), all.begin() + fcnt[std::size_t(i)], fpos.begin() + std::ptrdiff_t(i * k));
+  }
+  const std::vector<std::int32_t> row_slot = {3, 0, 2};
+  for (int i = 0; i < rows * nkv; ++i) {
+    std::shuffle(all.begin(), all.end(), rng);
+    ncnt[std::size_t(i)] = int(rng() % (k + 1));
+    std::copy(all.begin(), all.begin() + ncnt[std::size_t(i)], need.begin() + std::ptrdiff_t(i * k));
+  }
+  // Row 1's head 0 needs exactly what slot 0's head 0 holds.
+  ncnt[std::size_t(nkv)] = fcnt[0];
+  std::copy(fpos.begin(), fpos.begin() + fcnt[0], need.begin() + std::ptrdiff_t(nkv * k));
+  kernels::count_hits_args a;
+  a.needed = need.data();
+  a.needed_count = ncnt.data();
+  a.k = k;
+  a.row_slot = row_slot.data();
+  a.fetched_positions = fpos.data();
+  a.fetched_count = fcnt.data();
+  a.fetched_stride = k;
+  a.rows = rows;
+  a.n_kv_heads = nkv;
+  unsigned long long want[2] = {5, 7};  // accumulates onto what is there
+  a.totals = want;
+  kernels::cpu::count_hits(a);
+  dev_array<std::int32_t> nd(*dev_, need), nc(*dev_, ncnt), sd(*dev_, row_slot), fp(*dev_, fpos), fc(*dev_, fcnt);
+  dev_array<unsigned long long> tot(*dev_, std::vector<unsigned long long>{5, 7});
+  a.needed = nd.get();
+  a.needed_count = nc.get();
+  a.row_slot = sd.get();
+  a.fetched_positions = fp.get();
+  a.fetched_count = fc.get();
+  a.totals = tot.get();
+  kc::count_hits(a, nullptr);
+  const auto got = tot.download();
+  EXPECT_EQ(got[0], want[0]);
+  EXPECT_EQ(got[1], want[1]);
+  EXPECT_GT(want[1], 7u + std::uint64_t(fcnt[0]) - 1);
+#endif
+}
+
 TEST_F(cuda_fetch_rows, refuses_bad_arguments) {
 #ifdef SPECPIPE_HAVE_CUDA
   dev_array<std::int32_t> ints(*dev_, 64);

@@ -173,6 +173,16 @@ TEST_F(cuda_specache, topk_covering_the_context_matches_the_full_cache) {
       }
       EXPECT_GE(greedy, steps / 2);
       EXPECT_GT(got.rows_fetched, 0);
+      if (!output) {  // every row a real query needs was fetched for it
+        cuda_forward_options h = o;
+        h.specache_hit_rate = true;
+        cuda_forward counted(gm, h);
+        const auto again = run_specache(counted, 0, prompt, forced, output);
+        EXPECT_EQ(again.logits, got.logits) << "measuring the hit rate changes nothing";
+        const auto [needed, hits] = counted.specache_hits();
+        EXPECT_GT(needed, 0);
+        EXPECT_EQ(hits, needed);
+      }
     }
 }
 
@@ -213,8 +223,15 @@ TEST_F(cuda_specache, fetched_rows_bring_the_logits_closer_to_full) {
     cuda_forward_options o = lo;
     o.kv = specache_mode(96, output);  // 96 of ~270 packed rows per head
     o.specache_fetch = true;
+    o.specache_hit_rate = !output;
     cuda_forward fwd(gm, o);
     const auto got = run_specache(fwd, 0, prompt, forced, output);
+    if (!output) {  // each step's real rows need 96 per layer and head; some were fetched, not all
+      const auto [needed, hits] = fwd.specache_hits();
+      EXPECT_EQ(needed, std::int64_t(96) * c.num_hidden_layers * c.num_key_value_heads * steps);
+      EXPECT_GT(hits, 0);
+      EXPECT_LT(hits, needed);
+    }
     const double err = mean_error(got.logits);
     EXPECT_LT(err, 0.9 * low_err) << "specache " << err << " against the low-bit cache alone " << low_err;
     // Each step fetches min(k, candidates) rows per layer and KV head (a
