@@ -601,7 +601,8 @@ bench_report run_cuda_bench(const bench_options& o) {
           how += ", " + std::string(output ? "output prefetch (fetch waited for)" : "speculative prefetch (2 rows/seq)") +
                  ", top-k " + std::to_string(mode.topk) + ": " + fixed(link_bytes / double(1 << 20), 2) +
                  " MiB fetched per step (" + fixed(link_bytes / 55e9 * 1e3, 3) + " ms at 55 GB/s), host store " +
-                 fixed(double(fwd.specache_host_bytes()) / gib, 2) + " GiB" +
+                 fixed(double(fwd.specache_host_bytes()) / gib, 2) + " GiB (" +
+                 fixed(double(fwd.specache_host_bytes()) / double(b) / gib, 3) + " GiB per sequence)" +
                  (fo.specache_store_tokens < fo.max_context
                       ? " (" + std::to_string(fo.specache_store_tokens) + " rows per sequence, aliased)"
                       : std::string());
