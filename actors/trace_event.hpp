@@ -22,7 +22,7 @@ enum class trace_phase : char {
 };
 
 // Categories trace_summary relies on: overlap = transfer time hidden under
-// compute; step times = "decode" spans of category compute.
+// compute; step times = "decode" spans of category compute or control.
 namespace trace_cat {
 inline constexpr const char* compute = "compute";
 inline constexpr const char* transfer = "transfer";

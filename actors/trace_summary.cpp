@@ -184,7 +184,10 @@ trace_summary summarize(const parsed_trace& t) {
     if (sp.cat == trace_cat::compute) compute.emplace_back(sp.ts_us, sp.ts_us + sp.dur_us);
     if (sp.cat == trace_cat::transfer) transfer.emplace_back(sp.ts_us, sp.ts_us + sp.dur_us);
     if (sp.name == "wait rows") waits.emplace_back(sp.ts_us, sp.ts_us + sp.dur_us);
-    if (sp.cat == trace_cat::compute && sp.name == "decode") steps.push_back(sp.dur_us);
+    // Steps: "decode" spans (compute on the CPU worker; control on the CUDA
+    // generate track when GPU stream spans carry the compute).
+    if ((sp.cat == trace_cat::compute || sp.cat == trace_cat::control) && sp.name == "decode")
+      steps.push_back(sp.dur_us);
   }
   for (const auto& name : t.tracks) {
     track_summary ts{name, 0, 0, 0};

@@ -2,6 +2,7 @@
 #include "apps/cli_support.hpp"
 
 #include <chrono>
+#include <functional>
 #include <cstdio>
 #include <iostream>
 #include <optional>
@@ -39,7 +40,11 @@ void check_budget(double gib, std::size_t weights, std::size_t forward) {
 // nested in the token span whose pick ran the round.
 class traced_backend final : public decode_backend {
  public:
-  traced_backend(decode_backend& inner, trace_buffer& trace) : inner_(inner), trace_(trace) {}
+  // `after_step(t0)`: called after each step with its host start time (the
+  // GPU spans of SpeCache's timeline); then the token spans are category
+  // control, so that only the GPU's own spans count as compute.
+  traced_backend(decode_backend& inner, trace_buffer& trace, std::function<void(double)> after_step = {})
+      : inner_(inner), trace_(trace), after_step_(std::move(after_step)) {}
   std::int64_t vocab_size() const override { return inner_.vocab_size(); }
   std::int64_t length() const override { return inner_.length(); }
   void prefill(std::span<const std::int32_t> tokens) override {
@@ -50,6 +55,7 @@ class traced_backend final : public decode_backend {
   void step(std::int32_t token) override {
     step_start_ = trace_now_us();
     inner_.step(token);
+    if (after_step_) after_step_(step_start_);
   }
   std::int32_t pick(std::int64_t index) override {
     const double t0 = index == 0 ? trace_now_us() : step_start_;
@@ -64,7 +70,7 @@ class traced_backend final : public decode_backend {
     trace_event e;
     e.track = track;
     e.name = name;
-    e.cat = trace_cat::compute;
+    e.cat = after_step_ ? trace_cat::control : trace_cat::compute;
     e.ts_us = t0;
     e.dur_us = trace_now_us() - t0;
     e.values = std::move(args);
@@ -73,6 +79,7 @@ class traced_backend final : public decode_backend {
   static constexpr const char* track = "cuda worker 0";
   decode_backend& inner_;
   trace_buffer& trace_;
+  std::function<void(double)> after_step_;
   double step_start_ = 0;
 };
 
@@ -106,6 +113,7 @@ int run_generate_cuda(const model& m, const generation_request& req, const std::
   check_budget(gpu_memory_gib, cuda_model::weight_bytes(m.config), cuda_forward::device_bytes(m.config, o));
   o.specache_fetch = kv.speculative();  // SpeCache: the host store and the fetch of top-k rows
   o.specache_hit_rate = kv.speculative() && kv.prefetch == specache_prefetch::speculative;
+  o.specache_timeline = kv.speculative() && !trace_file.empty();  // GPU spans per layer and stream
   const cuda_model gpu(m.config, m.weights, 0);
   cuda_forward fwd(gpu, o);
   std::optional<cuda_decode_backend> plain;
@@ -115,7 +123,24 @@ int run_generate_cuda(const model& m, const generation_request& req, const std::
   decode_backend& inner = spec ? static_cast<decode_backend&>(*spec) : *plain;
   trace_buffer trace;
   std::optional<traced_backend> traced;
-  if (!trace_file.empty()) traced.emplace(inner, trace);
+  if (!trace_file.empty()) {
+    std::function<void(double)> gpu_spans;
+    if (spec)  // SpeCache: each layer on the compute stream, its top-k and fetch on theirs
+      gpu_spans = [&fwd, &trace](double t0) {
+        static const char* const tracks[] = {"cuda 0 compute", "cuda 0 planner", "cuda 0 transfer"};
+        for (const auto& sp : fwd.specache_timeline()) {
+          trace_event e;
+          e.track = tracks[sp.stream];
+          e.name = sp.name;
+          e.cat = sp.stream == 2 ? trace_cat::transfer : trace_cat::compute;
+          e.ts_us = t0 + sp.start_ms * 1e3;
+          e.dur_us = (sp.end_ms - sp.start_ms) * 1e3;
+          e.values = {{"layer", double(sp.layer)}};
+          trace.add(std::move(e));
+        }
+      };
+    traced.emplace(inner, trace, std::move(gpu_spans));
+  }
   decode_backend& backend = traced ? static_cast<decode_backend&>(*traced) : inner;
 
   std::cout << prompt_text << std::flush;

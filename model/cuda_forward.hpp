@@ -15,6 +15,7 @@
 #include <memory>
 #include <span>
 #include <utility>
+#include <vector>
 
 #include "kernels/cuda/gemm.hpp"
 #include "model/config.hpp"
@@ -118,6 +119,10 @@ struct cuda_forward_options {
   // the rest low-bit) is counted against the rows fetched for it
   // (specache_hits). Costs a second top-k per layer and twice the scores.
   bool specache_hit_rate = false;
+  // Time each layer of a SpeCache step on the compute stream and its top-k
+  // and fetch on the planner and transfer streams with CUDA events, for the
+  // trace (specache_timeline). Such steps run eagerly, not as graphs.
+  bool specache_timeline = false;
   int packed_stages = 0;  // cp.async stages of the packed attention: 2, 3 or 4; 0: per format
 };
 
@@ -205,6 +210,15 @@ class cuda_forward {
   // and its fetch), to say how much of it a normal step hides.
   void specache_set_fetch(bool on);
   void specache_plan_and_fetch();
+  // With specache_timeline: the last SpeCache step's GPU spans, in ms from
+  // the step's start on the device (waits for the step).
+  struct gpu_span {
+    int stream = 0;  // 0 compute, 1 planner, 2 transfer
+    int layer = 0;
+    const char* name = "";  // "layer", "wait rows" (output prefetch, inside a layer), "top-k", "fetch"
+    double start_ms = 0, end_ms = 0;
+  };
+  std::vector<gpu_span> specache_timeline() const;
   // With specache_hit_rate: {positions the real rows' top-k needed, of
   // those already fetched}, summed over steps, layers and KV heads.
   std::pair<std::int64_t, std::int64_t> specache_hits() const;

@@ -119,6 +119,11 @@ struct cuda_forward::impl {
     int real = 0;                    // real rows (= planner rows) of the running forward
     bool fetch = true;               // benchmarks: false skips the planner and the transfer
     std::int64_t rows_fetched = 0;
+    // specache_timeline: the step's start, then per layer: layer begin and
+    // end, top-k begin and end, fetch begin and end (compute stream in the
+    // output ablation).
+    std::vector<kc::timing_event> tl;
+    bool timed = false;  // the last step recorded tl
   };
   std::unique_ptr<specache_state> spec;
   int store_entries = 0;      // > 0: layers() copies these entries' new rows to the host store
@@ -390,6 +395,11 @@ struct cuda_forward::impl {
   void spec_fetch(int l, kc::stream_t s);
   // After the last layer: the compute stream waits for the last fetch.
   void spec_join();
+  // specache_timeline's event i of layer l (0..5), or the step's start (l = -1).
+  void spec_mark(int l, int i, kc::stream_t s) {
+    if (spec && spec->now != spec_phase::none && !spec->tl.empty())
+      spec->tl[l < 0 ? 0 : std::size_t(1 + 6 * l + i)].record(s);
+  }
   void spec_forward(spec_phase ph, const char* who, std::span<const int> slots, std::span<const std::int32_t> tokens,
                     std::span<const std::int32_t> spec_tokens, std::span<float> out_logits);
 

@@ -106,6 +106,7 @@ void cuda_forward::impl::layers(std::int64_t m, int prefill_slot, std::int64_t p
   for (std::size_t li = 0; li < w.layers.size(); ++li) {
     const auto& L = w.layers[li];
     const int l = int(li);
+    spec_mark(l, 0, st.get());  // SpeCache's timeline (no-op otherwise)
     kc::rmsnorm(x.as<float>(), h, nullptr, 0, L.attn_norm.as<float>(), xn.as<std::uint16_t>(), h, m, h, eps, st.get());
     proj(xn.as<std::uint16_t>(), h, L.wqkv, L.wqkv_q, qkv.data(), qkv_dim(), kc::gemm_out::bf16, false, m, qkv_dim(),
          h);
@@ -188,6 +189,7 @@ void cuda_forward::impl::layers(std::int64_t m, int prefill_slot, std::int64_t p
     kc::rmsnorm(x.as<float>(), h, nullptr, 0, L.mlp_norm.as<float>(), xn.as<std::uint16_t>(), h, m, h, eps, st.get());
     proj(xn.as<std::uint16_t>(), h, L.wgu, L.wgu_q, gu.data(), 2 * inter, kc::gemm_out::bf16, false, m, 2 * inter, h);
     mlp_down(L, m);
+    spec_mark(l, 1, st.get());
   }
   if (logit_rows == 0) return;  // an inner prefill chunk: no logits
   const std::int64_t first = m - logit_rows;

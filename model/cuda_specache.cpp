@@ -109,6 +109,7 @@ void cuda_forward::impl::spec_init() {
   }
   S->ml = buffer(*dev, 2 * 2 * b * nh * 2 * 4);
   kc::fill_bytes(S->cnt.data(), 0, S->cnt.size(), st.get());  // no rows until a predecode fetches some
+  if (opt.specache_timeline) S->tl.resize(1 + 6 * L);
   S->attended.resize(L);
   S->planned.resize(L);
   S->fetched.resize(L);
@@ -245,8 +246,12 @@ void cuda_forward::impl::spec_attention(int l, std::int64_t m) {
     auto low = packed_args(l, m);  // pass 1: the low-bit cache alone picks the rows
     with_scores(low);
     kc::packed_attention(low, cs);
+    spec_mark(l, 2, cs);
     spec_plan(l, scores, ml, 0, cs);
+    spec_mark(l, 3, cs);
+    spec_mark(l, 4, cs);
     spec_fetch(l, cs);
+    spec_mark(l, 5, cs);
     auto mixed = packed_args(l, m);  // pass 2: with them
     with_rows(mixed);
     kc::packed_attention(mixed, cs);
@@ -267,11 +272,15 @@ void cuda_forward::impl::spec_attention(int l, std::int64_t m) {
   const bool two = S.now == spec_phase::speculative;
   S.attended[std::size_t(l)].record(cs);
   S.attended[std::size_t(l)].wait_on(S.planner.get());
+  spec_mark(l, 2, S.planner.get());
   spec_plan(l, scores, two ? ml + nh * 2 : ml, two ? std::int64_t(4 * nh) : 0, S.planner.get());
   if (two && opt.specache_hit_rate) spec_count_hits(l, scores, ml, S.planner.get());
+  spec_mark(l, 3, S.planner.get());
   S.planned[std::size_t(l)].record(S.planner.get());
   S.planned[std::size_t(l)].wait_on(S.transfer.get());
+  spec_mark(l, 4, S.transfer.get());
   spec_fetch(l, S.transfer.get());
+  spec_mark(l, 5, S.transfer.get());
   S.fetched[std::size_t(l)].record(S.transfer.get());
 }
 
@@ -386,7 +395,13 @@ void cuda_forward::impl::spec_forward(spec_phase ph, const char* who, std::span<
       s.step_max_queries = 1;
     }
   } reset_after{*this};
-  run_step(step_key{int(b), int(per), read_bits, false, int(ph) + (spec->fetch ? 0 : 8)}, m);
+  if (!spec->tl.empty()) {  // timed: eagerly, events around every layer's parts
+    spec_mark(-1, 0, st.get());
+    layers(m, -1, 0, m);
+    spec->timed = spec->fetch;
+  } else {
+    run_step(step_key{int(b), int(per), read_bits, false, int(ph) + (spec->fetch ? 0 : 8)}, m);
+  }
   spec->rows_fetched += fetched * c.num_hidden_layers * c.num_key_value_heads;
   for (std::int64_t i = 0; i < b; ++i) {
     const std::size_t slot = std::size_t(slots[std::size_t(i)]);
@@ -436,6 +451,24 @@ void cuda_forward::specache_plan_and_fetch() {
 }
 
 std::size_t cuda_forward::specache_host_bytes() const { return impl_->spec ? impl_->spec->store.size() : 0; }
+
+std::vector<cuda_forward::gpu_span> cuda_forward::specache_timeline() const {
+  auto& s = *impl_;
+  std::vector<gpu_span> out;
+  if (!s.spec || !s.spec->timed) return out;
+  const auto& tl = s.spec->tl;
+  const auto ms = [&](std::size_t i) { return double(kc::timing_event::ms_between(tl[0], tl[i])); };
+  const bool inline_fetch = s.opt.kv.prefetch == specache_prefetch::output;
+  for (int l = 0; l < int(s.c.num_hidden_layers); ++l) {
+    const std::size_t e = 1 + 6 * std::size_t(l);
+    out.push_back({0, l, "layer", ms(e), ms(e + 1)});
+    // The output ablation's top-k and fetch run inside the layer, which waits for them.
+    if (inline_fetch) out.push_back({0, l, "wait rows", ms(e + 2), ms(e + 5)});
+    out.push_back({1, l, "top-k", ms(e + 2), ms(e + 3)});
+    out.push_back({2, l, "fetch", ms(e + 4), ms(e + 5)});
+  }
+  return out;
+}
 
 std::pair<std::int64_t, std::int64_t> cuda_forward::specache_hits() const {
   auto& s = *impl_;

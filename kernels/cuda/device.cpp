@@ -95,6 +95,23 @@ void stream_event::wait_on(stream_t s) const {
   CUDA_CHECK(cudaStreamWaitEvent(as_stream(s), static_cast<cudaEvent_t>(e_), 0));
 }
 
+timing_event::timing_event() {
+  cudaEvent_t e = nullptr;
+  CUDA_CHECK(cudaEventCreate(&e));
+  e_ = e;
+}
+timing_event::~timing_event() {
+  if (e_) cudaEventDestroy(static_cast<cudaEvent_t>(e_));
+}
+timing_event::timing_event(timing_event&& o) noexcept : e_(std::exchange(o.e_, nullptr)) {}
+void timing_event::record(stream_t s) { CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(e_), as_stream(s))); }
+float timing_event::ms_between(const timing_event& a, const timing_event& b) {
+  CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(b.e_)));
+  float ms = 0;
+  CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(a.e_), static_cast<cudaEvent_t>(b.e_)));
+  return ms;
+}
+
 graph::~graph() {
   if (exec_) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
 }

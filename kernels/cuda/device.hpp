@@ -94,6 +94,23 @@ class stream_event {
   void* e_ = nullptr;
 };
 
+// A timing event: record() on a stream; ms_between(a, b) waits for b and
+// returns the device time from a to b (both recorded outside graphs).
+class timing_event {
+ public:
+  timing_event();
+  ~timing_event();
+  timing_event(const timing_event&) = delete;
+  timing_event& operator=(const timing_event&) = delete;
+  timing_event(timing_event&& o) noexcept;
+  timing_event& operator=(timing_event&&) = delete;
+  void record(stream_t s);
+  static float ms_between(const timing_event& a, const timing_event& b);
+
+ private:
+  void* e_ = nullptr;
+};
+
 // A CUDA graph captured from the work issued on a stream between begin and
 // end; replays it with launch().
 class graph {

@@ -143,6 +143,29 @@ TEST(CudaGenerateCli, SpeCacheRunsOnTheGpu) {
       EXPECT_THAT(g.err, HasSubstr("rows, against this step's own attention"));
     }
   }
+  // The trace: every layer on the compute stream, its top-k and fetch on
+  // theirs. Speculative fetches run under later layers; the output
+  // ablation's run inside a layer that waits for them.
+  temp_dir dir;
+  double overlap[2] = {-1, -1};
+  for (int i = 0; i < 2; ++i) {
+    const std::string prefetch = i == 0 ? "speculative" : "output";
+    const auto file = dir.path() / (prefetch + ".json");
+    const auto g = run_specpipe("generate --device cuda --kv specache --topk 8 --prefetch " + prefetch + " --prompt '" +
+                                prompt + "' -n 120 --ignore-eos --temperature 0 --trace '" + file.string() + "'");
+    ASSERT_EQ(g.exit_code, 0) << g.err;
+    const std::string t = slurp(file);
+    EXPECT_THAT(t, HasSubstr("cuda 0 transfer"));
+    EXPECT_THAT(t, HasSubstr("\"name\":\"fetch\""));
+    const auto sum = run_specpipe("trace summary '" + file.string() + "'");
+    ASSERT_EQ(sum.exit_code, 0) << sum.err;
+    EXPECT_THAT(sum.out, HasSubstr("decode steps 119"));
+    const auto at = sum.out.find("overlap ");
+    ASSERT_NE(at, std::string::npos) << sum.out;
+    overlap[i] = std::stod(sum.out.substr(at + 8));
+  }
+  EXPECT_GT(overlap[0], 0) << "speculative fetches overlap compute";
+  EXPECT_LT(overlap[1], overlap[0]) << "the output ablation waits for its fetches";
   const auto bad = run_specpipe("generate --device cuda --kv specache --topk 2000 --prompt hi -n 2");
   EXPECT_EQ(bad.exit_code, 2) << bad.err;
   EXPECT_THAT(bad.err, HasSubstr("--topk"));
