@@ -78,15 +78,36 @@ __device__ void select_sorted(select_smem& sm, KeyAt key_at, PosAt pos_at, int n
       if (key != ineligible && (key & mask) == prefix) atomicAdd(&sm.hist[(key >> shift) & 255u], 1u);
     }
     __syncthreads();
-    if (tid == 0) {
-      unsigned need = sm.remaining, above = 0;
-      int d = 255;
-      for (; d > 0; --d) {
-        if (above + sm.hist[d] >= need) break;
-        above += sm.hist[d];
+    // The digit d holding the need-th largest: walking bins 255 down to 1
+    // until the count reaches `need` (d = 0 when it never does). Warp 0
+    // does it as a scan: lane j sums bins 255 - 8j .. 248 - 8j, the first
+    // lane whose running total reaches `need` walks its eight.
+    if (warp == 0) {
+      const unsigned need = sm.remaining;
+      unsigned c[8], tot = 0;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        c[j] = sm.hist[255 - (lane * 8 + j)];
+        tot += c[j];
       }
-      sm.prefix = prefix | (unsigned(d) << shift);
-      sm.remaining = need - above;
+      unsigned inc = tot;
+#pragma unroll
+      for (int off = 1; off < 32; off <<= 1) {
+        const unsigned v = __shfl_up_sync(0xffffffffu, inc, off);
+        if (lane >= off) inc += v;
+      }
+      const unsigned reached = __ballot_sync(0xffffffffu, inc >= need);
+      const int first = reached ? __ffs(reached) - 1 : 31;
+      if (lane == first) {
+        unsigned above = inc - tot;
+        int j = 0;
+        for (; j < 7; ++j) {
+          if (above + c[j] >= need) break;
+          above += c[j];
+        }
+        sm.prefix = prefix | (unsigned(255 - (lane * 8 + j)) << shift);
+        sm.remaining = need - above;
+      }
     }
     mask |= 255u << shift;
     __syncthreads();
