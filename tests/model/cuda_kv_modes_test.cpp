@@ -36,20 +36,12 @@
 #include "model/model.hpp"
 #include "support/random_weights.hpp"
 #include "support/test_paths.hpp"
+#include "support/test_util.hpp"
 
 namespace specpipe {
 namespace {
 
-double rel_error(const std::vector<float>& got, const std::vector<float>& ref) {
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < ref.size(); ++i) {
-    if (!std::isfinite(got[i])) return INFINITY;
-    const double d = double(got[i]) - double(ref[i]);
-    num += d * d;
-    den += double(ref[i]) * double(ref[i]);
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
+using test::rel_error;
 
 std::int32_t argmax(const std::vector<float>& v) {
   return std::int32_t(std::max_element(v.begin(), v.end()) - v.begin());

@@ -23,23 +23,15 @@
 #include "model/model.hpp"
 #include "support/random_weights.hpp"
 #include "support/test_paths.hpp"
+#include "support/test_util.hpp"
 
 namespace specpipe {
 namespace {
 
+using test::rel_error;
+
 constexpr double max_rel_error = 2e-2;
 constexpr int greedy_steps_identical = 4;  // prefill's argmax and the next three
-
-double rel_error(const float* got, const float* ref, std::size_t n) {
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    if (!std::isfinite(got[i])) return INFINITY;  // NaN never passes
-    const double d = double(got[i]) - double(ref[i]);
-    num += d * d;
-    den += double(ref[i]) * double(ref[i]);
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
 
 std::int32_t argmax(const float* v, std::size_t n) {
   return std::int32_t(std::max_element(v, v + n) - v);

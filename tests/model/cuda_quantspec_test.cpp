@@ -29,21 +29,13 @@
 #include "model/kv_mode.hpp"
 #include "model/model.hpp"
 #include "support/random_weights.hpp"
+#include "support/test_util.hpp"
 #include "support/test_paths.hpp"
 
 namespace specpipe {
 namespace {
 
-double rel_error(const float* got, const float* ref, std::size_t n) {
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    if (!std::isfinite(got[i])) return INFINITY;
-    const double d = double(got[i]) - double(ref[i]);
-    num += d * d;
-    den += double(ref[i]) * double(ref[i]);
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
+using test::rel_error;
 
 class cuda_quantspec_test : public ::testing::Test {
  protected:

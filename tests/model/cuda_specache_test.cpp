@@ -21,20 +21,12 @@
 #include "model/cuda_forward.hpp"
 #include "model/kv_mode.hpp"
 #include "support/random_weights.hpp"
+#include "support/test_util.hpp"
 
 namespace specpipe {
 namespace {
 
-double rel_error(const float* got, const float* ref, std::size_t n) {
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    if (!std::isfinite(got[i])) return INFINITY;
-    const double d = double(got[i]) - double(ref[i]);
-    num += d * d;
-    den += double(ref[i]) * double(ref[i]);
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
+using test::rel_error;
 
 std::int32_t argmax(const float* v, std::int64_t n) { return std::int32_t(std::max_element(v, v + n) - v); }
 

@@ -1,11 +1,23 @@
 #include "support/test_util.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
 namespace specpipe::test {
 
 std::string seed_trace(std::uint64_t seed) { return "random seed " + std::to_string(seed); }
+
+double rel_error(const float* got, const float* ref, std::size_t n) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!std::isfinite(got[i])) return INFINITY;
+    const double d = double(got[i]) - double(ref[i]);
+    num += d * d;
+    den += double(ref[i]) * double(ref[i]);
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
 
 std::vector<float> random_floats(std::mt19937_64& rng, std::size_t n, float lo, float hi,
                                  double outlier_rate) {

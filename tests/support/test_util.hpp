@@ -26,6 +26,13 @@ std::string seed_trace(std::uint64_t seed);
 std::vector<float> random_floats(std::mt19937_64& rng, std::size_t n, float lo = -1.0f,
                                  float hi = 1.0f, double outlier_rate = 0.0);
 
+// ||got - ref|| / ||ref|| over n values (infinite when `got` holds a NaN or
+// an infinity, so a broken kernel never passes a bound).
+double rel_error(const float* got, const float* ref, std::size_t n);
+inline double rel_error(const std::vector<float>& got, const std::vector<float>& ref) {
+  return rel_error(got.data(), ref.data(), ref.size());
+}
+
 // The values rounded through a storage dtype and back to f32, and the raw codes.
 std::vector<std::uint16_t> to_half_codes(const std::vector<float>& v, dtype t);
 std::vector<float> from_half_codes(const std::vector<std::uint16_t>& codes, dtype t);
