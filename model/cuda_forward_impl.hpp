@@ -124,6 +124,7 @@ struct cuda_forward::impl {
     // output ablation).
     std::vector<kc::timing_event> tl;
     bool timed = false;  // the last step recorded tl
+    spec_phase timed_phase = spec_phase::none;
   };
   std::unique_ptr<specache_state> spec;
   int store_entries = 0;      // > 0: layers() copies these entries' new rows to the host store

@@ -37,12 +37,12 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/topk.hpp"
 #include "model/cuda_forward.hpp"
 
 #ifdef SPECPIPE_HAVE_CUDA
 #include "kernels/cuda/fetch_rows.hpp"
 #include "kernels/cuda/quantize.hpp"
-#include "kernels/cuda/topk.hpp"
 #include "model/cuda_forward_impl.hpp"
 #endif
 
@@ -55,65 +55,84 @@ std::int64_t store_tokens_of(const cuda_forward_options& o) {
 // Scores per (row, head): up to the speculative row's length (max_context
 // + 1), padded to 16 bytes.
 std::int64_t score_stride_of(const cuda_forward_options& o) { return (o.max_context + 1 + 3) / 4 * 4; }
-}  // namespace
 
-std::size_t cuda_forward::specache_host_bytes(const model_config& c, const cuda_forward_options& o) {
-  if (!o.specache_fetch) return 0;
-  return std::size_t(c.num_hidden_layers) * std::size_t(o.max_batch) * std::size_t(c.num_key_value_heads) *
-         std::size_t(store_tokens_of(o)) * std::size_t(c.head_dim) * 4;
-}
+// Bytes of each SpeCache buffer: what spec_init allocates and what
+// specache_host_bytes / specache_device_bytes report.
+struct specache_sizes {
+  std::size_t store = 0;               // pinned host: [layer][slot][kv head][token][K | V] bf16
+  std::size_t positions = 0, counts = 0;  // per layer and (slot, KV head): k positions, a count (fetched and planned alike)
+  std::size_t rows = 0;                // bf16 K (and V alike) of the fetched rows
+  std::size_t topk_scratch = 0, scores = 0, ml = 0;
+  std::size_t hit_positions = 0, hit_counts = 0, hit_totals = 0;  // specache_hit_rate only
+  std::size_t device() const {
+    return 2 * (positions + counts + rows) + topk_scratch + scores + ml + hit_positions + hit_counts + hit_totals;
+  }
+};
 
-std::size_t cuda_forward::specache_device_bytes(const model_config& c, const cuda_forward_options& o) {
-  if (!o.specache_fetch) return 0;
+specache_sizes sizes_of(const model_config& c, const cuda_forward_options& o) {
+  specache_sizes z;
+  if (!o.specache_fetch) return z;
   const std::size_t L = std::size_t(c.num_hidden_layers), b = std::size_t(o.max_batch);
   const std::size_t nkv = std::size_t(c.num_key_value_heads), nh = std::size_t(c.num_attention_heads);
   const std::size_t k = std::size_t(std::max(1, o.kv.topk)), d = std::size_t(c.head_dim);
   const std::size_t stride = std::size_t(score_stride_of(o));
-  const std::size_t rows = L * b * nkv * k * d * 2 * 2;         // K and V, bf16
-  const std::size_t positions = 2 * L * b * nkv * (k + 1) * 4;  // fetched + planned, with counts
-  const std::size_t scores = 2 * (o.specache_hit_rate ? 2 : 1) * b * nh * stride * 4;
-  const std::size_t hits = o.specache_hit_rate ? b * nkv * (k + 1) * 4 + 16 : 0;
-  const std::size_t ml = 2 * 2 * b * nh * 2 * 4;
-  // kernels/cuda/topk.cu's topk_scratch_floats: per (row, KV head) and chunk
-  // of 2048 positions, 1024 keys and positions and a count.
-  const std::size_t scratch = b * nkv * ((stride + 2047) / 2048) * (2 * 1024 + 1) * 4;
-  return rows + positions + scores + ml + scratch + hits;
+  z.store = L * b * nkv * std::size_t(store_tokens_of(o)) * d * 4;
+  z.positions = L * b * nkv * k * 4;
+  z.counts = L * b * nkv * 4;
+  z.rows = L * b * nkv * k * d * 2;
+  z.topk_scratch = kernels::cuda::topk_scratch_floats(int(b), int(nkv), int(stride)) * 4;
+  // Two layers' worth (layer parity); with the hit rate the real rows' too.
+  z.scores = 2 * (o.specache_hit_rate ? 2 : 1) * b * nh * stride * 4;
+  z.ml = 2 * 2 * b * nh * 2 * 4;  // every entry of a two-row step, two layers
+  if (o.specache_hit_rate) {
+    z.hit_positions = b * nkv * k * 4;
+    z.hit_counts = b * nkv * 4;
+    z.hit_totals = 16;
+  }
+  return z;
+}
+}  // namespace
+
+std::size_t cuda_forward::specache_host_bytes(const model_config& c, const cuda_forward_options& o) {
+  return sizes_of(c, o).store;
+}
+
+std::size_t cuda_forward::specache_device_bytes(const model_config& c, const cuda_forward_options& o) {
+  return sizes_of(c, o).device();
 }
 
 #ifdef SPECPIPE_HAVE_CUDA
 
 void cuda_forward::impl::spec_init() {
   auto S = std::make_unique<specache_state>();
-  const std::size_t L = std::size_t(c.num_hidden_layers), b = std::size_t(opt.max_batch);
-  const std::size_t nkv = std::size_t(c.num_key_value_heads), nh = std::size_t(c.num_attention_heads);
-  const std::size_t d = std::size_t(c.head_dim);
+  const specache_sizes z = sizes_of(c, opt);
+  const std::size_t L = std::size_t(c.num_hidden_layers);
   S->k = opt.kv.topk;
-  const std::size_t k = std::size_t(S->k);
   S->store_tokens = store_tokens_of(opt);
   S->score_stride = score_stride_of(opt);
-  S->store = buffer(*pinned, cuda_forward::specache_host_bytes(c, opt));
-  S->pos = buffer(*dev, L * b * nkv * k * 4);
-  S->cnt = buffer(*dev, L * b * nkv * 4);
-  S->rows_k = buffer(*dev, L * b * nkv * k * d * 2);
-  S->rows_v = buffer(*dev, L * b * nkv * k * d * 2);
-  S->top_pos = buffer(*dev, L * b * nkv * k * 4);
-  S->top_cnt = buffer(*dev, L * b * nkv * 4);
-  S->top_scratch = buffer(*dev, kc::topk_scratch_floats(int(b), int(nkv), int(S->score_stride)) * 4);
-  S->score_rows = int(b) * (opt.specache_hit_rate ? 2 : 1);
-  S->scores = buffer(*dev, 2 * std::size_t(S->score_rows) * nh * std::size_t(S->score_stride) * 4);
+  S->score_rows = opt.max_batch * (opt.specache_hit_rate ? 2 : 1);
+  S->store = buffer(*pinned, z.store);
+  S->pos = buffer(*dev, z.positions);
+  S->cnt = buffer(*dev, z.counts);
+  S->top_pos = buffer(*dev, z.positions);
+  S->top_cnt = buffer(*dev, z.counts);
+  S->rows_k = buffer(*dev, z.rows);
+  S->rows_v = buffer(*dev, z.rows);
+  S->top_scratch = buffer(*dev, z.topk_scratch);
+  S->scores = buffer(*dev, z.scores);
+  S->ml = buffer(*dev, z.ml);
   if (opt.specache_hit_rate) {
-    S->hit_pos = buffer(*dev, b * nkv * k * 4);
-    S->hit_cnt = buffer(*dev, b * nkv * 4);
-    S->hit_totals = buffer(*dev, 16);
-    kc::fill_bytes(S->hit_totals.data(), 0, 16, st.get());
+    S->hit_pos = buffer(*dev, z.hit_positions);
+    S->hit_cnt = buffer(*dev, z.hit_counts);
+    S->hit_totals = buffer(*dev, z.hit_totals);
+    kc::fill_bytes(S->hit_totals.data(), 0, z.hit_totals, st.get());
   }
-  S->ml = buffer(*dev, 2 * 2 * b * nh * 2 * 4);
   kc::fill_bytes(S->cnt.data(), 0, S->cnt.size(), st.get());  // no rows until a predecode fetches some
   if (opt.specache_timeline) S->tl.resize(1 + 6 * L);
   S->attended.resize(L);
   S->planned.resize(L);
   S->fetched.resize(L);
-  S->seeded.assign(b, false);
+  S->seeded.assign(std::size_t(opt.max_batch), false);
   st.synchronize();
   spec = std::move(S);
 }
@@ -145,8 +164,26 @@ void cuda_forward::impl::spec_store(int l) {
 }
 
 namespace {
-std::size_t layer_rows(const cuda_forward::impl& s) {
-  return std::size_t(s.opt.max_batch) * std::size_t(s.c.num_key_value_heads) * std::size_t(s.spec->k);
+// One layer's slices of the SpeCache buffers, and its parity's scores and
+// (max, sum).
+struct spec_layer {
+  std::int32_t *pos, *cnt, *top_pos, *top_cnt;
+  std::uint16_t *rows_k, *rows_v;
+  float *scores, *ml;
+};
+spec_layer layer_of(const cuda_forward::impl& s, int l) {
+  const auto& S = *s.spec;
+  const std::size_t heads = std::size_t(s.opt.max_batch) * std::size_t(s.c.num_key_value_heads);
+  const std::size_t sets = std::size_t(l) * heads, rows = sets * std::size_t(S.k);
+  const std::size_t nh = std::size_t(s.c.num_attention_heads), parity = std::size_t(l % 2);
+  return {S.pos.as<std::int32_t>() + rows,
+          S.cnt.as<std::int32_t>() + sets,
+          S.top_pos.as<std::int32_t>() + rows,
+          S.top_cnt.as<std::int32_t>() + sets,
+          S.rows_k.as<std::uint16_t>() + rows * std::size_t(s.c.head_dim),
+          S.rows_v.as<std::uint16_t>() + rows * std::size_t(s.c.head_dim),
+          S.scores.as<float>() + parity * std::size_t(S.score_rows) * nh * std::size_t(S.score_stride),
+          S.ml.as<float>() + parity * 2 * std::size_t(s.opt.max_batch) * nh * 2};
 }
 }  // namespace
 
@@ -173,10 +210,8 @@ void cuda_forward::impl::spec_topk(const float* scores, const float* ml, std::in
 
 void cuda_forward::impl::spec_plan(int l, const float* scores, const float* ml, std::int64_t ml_stride,
                                    kc::stream_t s) {
-  auto& S = *spec;
-  spec_topk(scores, ml, ml_stride, dev_ints(plan_len),
-            S.top_pos.as<std::int32_t>() + std::size_t(l) * layer_rows(*this),
-            S.top_cnt.as<std::int32_t>() + std::size_t(l) * std::size_t(opt.max_batch * c.num_key_value_heads), s);
+  const spec_layer v = layer_of(*this, l);
+  spec_topk(scores, ml, ml_stride, dev_ints(plan_len), v.top_pos, v.top_cnt, s);
 }
 
 void cuda_forward::impl::spec_count_hits(int l, const float* scores, const float* ml, kc::stream_t s) {
@@ -191,8 +226,9 @@ void cuda_forward::impl::spec_count_hits(int l, const float* scores, const float
   h.needed_count = S.hit_cnt.as<std::int32_t>();
   h.k = S.k;
   h.row_slot = dev_ints(plan_slot);
-  h.fetched_positions = S.pos.as<std::int32_t>() + std::size_t(l) * layer_rows(*this);
-  h.fetched_count = S.cnt.as<std::int32_t>() + std::size_t(l) * std::size_t(opt.max_batch * c.num_key_value_heads);
+  const spec_layer v = layer_of(*this, l);
+  h.fetched_positions = v.pos;
+  h.fetched_count = v.cnt;
   h.fetched_stride = S.k;
   h.rows = S.real;
   h.n_kv_heads = int(c.num_key_value_heads);
@@ -202,10 +238,10 @@ void cuda_forward::impl::spec_count_hits(int l, const float* scores, const float
 
 void cuda_forward::impl::spec_fetch(int l, kc::stream_t s) {
   auto& S = *spec;
-  const std::size_t heads = std::size_t(opt.max_batch * c.num_key_value_heads);
+  const spec_layer v = layer_of(*this, l);
   kernels::fetch_rows_args f;
-  f.topk_positions = S.top_pos.as<std::int32_t>() + std::size_t(l) * layer_rows(*this);
-  f.topk_count = S.top_cnt.as<std::int32_t>() + std::size_t(l) * heads;
+  f.topk_positions = v.top_pos;
+  f.topk_count = v.top_cnt;
   f.k = S.k;
   f.row_slot = dev_ints(plan_slot);
   f.store = store_layer(l);
@@ -213,27 +249,26 @@ void cuda_forward::impl::spec_fetch(int l, kc::stream_t s) {
   f.rows = S.real;
   f.n_kv_heads = int(c.num_key_value_heads);
   f.head_dim = int(c.head_dim);
-  f.positions = S.pos.as<std::int32_t>() + std::size_t(l) * layer_rows(*this);
-  f.count = S.cnt.as<std::int32_t>() + std::size_t(l) * heads;
-  f.k_rows = S.rows_k.as<std::uint16_t>() + std::size_t(l) * layer_rows(*this) * std::size_t(c.head_dim);
-  f.v_rows = S.rows_v.as<std::uint16_t>() + std::size_t(l) * layer_rows(*this) * std::size_t(c.head_dim);
+  f.positions = v.pos;
+  f.count = v.cnt;
+  f.k_rows = v.rows_k;
+  f.v_rows = v.rows_v;
   kc::fetch_rows(f, s);
 }
 
 void cuda_forward::impl::spec_attention(int l, std::int64_t m) {
   auto& S = *spec;
   const std::size_t nh = std::size_t(c.num_attention_heads);
-  const std::size_t heads = std::size_t(opt.max_batch * c.num_key_value_heads);
-  float* scores = S.scores.as<float>() + std::size_t(l % 2) * std::size_t(S.score_rows) * nh *
-                                             std::size_t(S.score_stride);
-  float* ml = S.ml.as<float>() + std::size_t(l % 2) * 2 * std::size_t(opt.max_batch) * nh * 2;
+  const spec_layer v = layer_of(*this, l);
+  float* scores = v.scores;
+  float* ml = v.ml;
   auto with_rows = [&](kc::packed_attention_args& a) {
-    a.rows.positions = S.pos.as<std::int32_t>() + std::size_t(l) * layer_rows(*this);
-    a.rows.count = S.cnt.as<std::int32_t>() + std::size_t(l) * heads;
+    a.rows.positions = v.pos;
+    a.rows.count = v.cnt;
     a.rows.entry_index = dev_ints(1);  // the slot: real and speculative rows share its set
     a.rows.stride = S.k;
-    a.rows.k = S.rows_k.as<std::uint16_t>() + std::size_t(l) * layer_rows(*this) * std::size_t(c.head_dim);
-    a.rows.v = S.rows_v.as<std::uint16_t>() + std::size_t(l) * layer_rows(*this) * std::size_t(c.head_dim);
+    a.rows.k = v.rows_k;
+    a.rows.v = v.rows_v;
   };
   auto with_scores = [&](kc::packed_attention_args& a) {
     a.scores = scores;
@@ -399,6 +434,7 @@ void cuda_forward::impl::spec_forward(spec_phase ph, const char* who, std::span<
     spec_mark(-1, 0, st.get());
     layers(m, -1, 0, m);
     spec->timed = spec->fetch;
+    spec->timed_phase = ph;
   } else {
     run_step(step_key{int(b), int(per), read_bits, false, int(ph) + (spec->fetch ? 0 : 8)}, m);
   }
@@ -438,14 +474,11 @@ void cuda_forward::specache_plan_and_fetch() {
   auto& s = *impl_;
   if (!s.spec || s.spec->real < 1)
     throw std::logic_error("cuda_forward::specache_plan_and_fetch: no SpeCache step has run");
-  auto& S = *s.spec;
-  const std::size_t nh = std::size_t(s.c.num_attention_heads), b = std::size_t(s.opt.max_batch);
+  const std::size_t nh = std::size_t(s.c.num_attention_heads);
   // The speculative step's layout: every second entry's (max, sum).
   for (int l = 0; l < int(s.c.num_hidden_layers); ++l) {
-    const float* scores =
-        S.scores.as<float>() + std::size_t(l % 2) * std::size_t(S.score_rows) * nh * std::size_t(S.score_stride);
-    const float* ml = S.ml.as<float>() + std::size_t(l % 2) * 2 * b * nh * 2;
-    s.spec_plan(l, scores, ml + nh * 2, std::int64_t(4 * nh), s.st.get());
+    const spec_layer v = layer_of(s, l);
+    s.spec_plan(l, v.scores, v.ml + nh * 2, std::int64_t(4 * nh), s.st.get());
     s.spec_fetch(l, s.st.get());
   }
 }
@@ -458,7 +491,7 @@ std::vector<cuda_forward::gpu_span> cuda_forward::specache_timeline() const {
   if (!s.spec || !s.spec->timed) return out;
   const auto& tl = s.spec->tl;
   const auto ms = [&](std::size_t i) { return double(kc::timing_event::ms_between(tl[0], tl[i])); };
-  const bool inline_fetch = s.opt.kv.prefetch == specache_prefetch::output;
+  const bool inline_fetch = s.spec->timed_phase == impl::spec_phase::output;  // whatever the option says
   for (int l = 0; l < int(s.c.num_hidden_layers); ++l) {
     const std::size_t e = 1 + 6 * std::size_t(l);
     out.push_back({0, l, "layer", ms(e), ms(e + 1)});

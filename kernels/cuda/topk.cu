@@ -33,13 +33,12 @@
 namespace specpipe::kernels::cuda {
 namespace {
 
-constexpr int chunk_len = 2048;      // stage 1 positions per block
+constexpr int chunk_len = topk_chunk_len;  // stage 1 positions per block
 constexpr int local_threads = 256;   // stage 1
 constexpr int merge_threads = 512;   // stage 2
 constexpr unsigned ineligible = 0xffffffffu;  // never a non-negative float's bit pattern
 
-// Candidates each chunk keeps room for: min(k, chunk_len), at most topk_max_k.
-constexpr int slot_cap = topk_max_k < chunk_len ? topk_max_k : chunk_len;
+constexpr int slot_cap = topk_chunk_slots;  // candidates each chunk keeps room for
 
 __host__ __device__ int chunks_of(int len) { return (len + chunk_len - 1) / chunk_len; }
 
@@ -261,11 +260,6 @@ __global__ void __launch_bounds__(merge_threads) topk_merge_kernel(topk_args a) 
 }
 
 }  // namespace
-
-std::size_t topk_scratch_floats(int rows, int n_kv_heads, int max_len) {
-  return std::size_t(rows) * std::size_t(n_kv_heads) * std::size_t(chunks_of(max_len)) *
-         std::size_t(2 * slot_cap + 1);
-}
 
 void topk_gqa(const topk_args& a, stream_t s) {
   if (a.rows <= 0) return;

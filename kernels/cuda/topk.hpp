@@ -39,8 +39,15 @@ struct topk_args {
 };
 
 constexpr int topk_max_k = 1024;
+// The first stage's chunk of positions, and the candidates each chunk keeps room for.
+constexpr int topk_chunk_len = 2048;
+constexpr int topk_chunk_slots = topk_max_k < topk_chunk_len ? topk_max_k : topk_chunk_len;
 
-std::size_t topk_scratch_floats(int rows, int n_kv_heads, int max_len);
+// Per (row, KV head) and chunk: the chunk's candidate keys and positions and their count.
+inline std::size_t topk_scratch_floats(int rows, int n_kv_heads, int max_len) {
+  const std::size_t chunks = std::size_t((max_len + topk_chunk_len - 1) / topk_chunk_len);
+  return std::size_t(rows) * std::size_t(n_kv_heads) * chunks * std::size_t(2 * topk_chunk_slots + 1);
+}
 
 // Validates (std::invalid_argument naming the field) and launches.
 void topk_gqa(const topk_args& a, stream_t s);
