@@ -170,6 +170,7 @@ cuda_forward::impl::impl(const cuda_model::impl& m, const cuda_forward_options& 
   ints_host = buffer(*pinned, int_arrays * r * 4);
   selected = buffer(*dev, std::size_t(step_rows(opt)) * 4);
   lengths.assign(std::size_t(opt.max_batch), 0);
+  slot_seen.assign(std::size_t(opt.max_batch), 0);
   if (opt.specache_fetch) spec_init();
   if (quant) {
     // The occupancy of each read this cache allows (hier: INT4 and INT8).

@@ -408,6 +408,23 @@ struct cuda_forward::impl {
   void step(const char* who, std::span<const int> slots, std::int64_t n, std::span<const std::int32_t> tokens,
             std::span<float> out_logits);
 
+  // The checks every multi-slot forward makes (`who` names the caller in
+  // errors; no string is built on the good path): 1..max_batch slots, each
+  // valid, listed once, with room for `rows` more tokens.
+  void check_slots(const char* who, std::span<const int> slots, std::int64_t rows) const;
+  mutable std::vector<std::uint8_t> slot_seen;  // check_slots' scratch, max_batch entries
+  // Groups the window of `slot` flushes before `rows` more rows are
+  // appended (0 or 1); std::logic_error when one flush would not make room
+  // (cannot happen for rows <= kv_max_append: cuda_packed_kv.hpp).
+  std::int64_t flush_before(const char* who, std::size_t slot, std::int64_t rows) const;
+  // Row r's token, slot, position and attended length (position + 1).
+  void set_row(std::int64_t r, std::int32_t token, int slot, std::int64_t pos) {
+    host_ints(0)[r] = token;
+    host_ints(1)[r] = slot;
+    host_ints(2)[r] = std::int32_t(pos);
+    host_ints(3)[r] = std::int32_t(pos + 1);
+  }
+
   void check_slot(int slot) const {
     if (slot < 0 || slot >= opt.max_batch)
       throw std::out_of_range("cuda_forward: slot " + std::to_string(slot) + " outside [0, " +

@@ -30,6 +30,35 @@ void cuda_forward::impl::set_quant_row(std::int64_t i, std::int64_t quant_after,
   host_ints(6)[i] = std::int32_t(groups);
 }
 
+void cuda_forward::impl::check_slots(const char* who, std::span<const int> slots, std::int64_t rows) const {
+  const auto name = [who] { return std::string("cuda_forward::") + who; };
+  if (slots.empty() || std::int64_t(slots.size()) > opt.max_batch)
+    throw std::invalid_argument(name() + ": " + std::to_string(slots.size()) + " slots; expected 1.." +
+                                std::to_string(opt.max_batch));
+  std::fill(slot_seen.begin(), slot_seen.end(), std::uint8_t(0));
+  for (const int slot : slots) {
+    check_slot(slot);
+    if (slot_seen[std::size_t(slot)])
+      throw std::invalid_argument(name() + ": slot " + std::to_string(slot) + " listed twice");
+    slot_seen[std::size_t(slot)] = 1;
+    if (lengths[std::size_t(slot)] + rows > opt.max_context)
+      throw std::invalid_argument(name() + ": slot " + std::to_string(slot) + " holds " +
+                                  std::to_string(lengths[std::size_t(slot)]) + " of " +
+                                  std::to_string(opt.max_context) + " tokens; " + std::to_string(rows) +
+                                  " more do not fit");
+  }
+}
+
+std::int64_t cuda_forward::impl::flush_before(const char* who, std::size_t slot, std::int64_t rows) const {
+  const std::int64_t G = shape->layout.group, window = lengths[slot] - quantized_len[slot];
+  const std::int64_t f = groups_due(window, shape->flush_at, G);
+  if (f > 1 || window - f * G + rows > shape->win_cap)
+    throw std::logic_error(std::string("cuda_forward::") + who + ": slot " + std::to_string(slot) +
+                           " holds a window of " + std::to_string(window) +
+                           " tokens, more than one flush can make room for");
+  return f;
+}
+
 // Rows of one slot appended straight into the ring (a short prefill):
 // the flush due first, then n decode-style rows, logits of the last.
 void cuda_forward::impl::prefill_rows(int slot, std::span<const std::int32_t> tokens) {
@@ -40,10 +69,7 @@ void cuda_forward::impl::prefill_rows(int slot, std::span<const std::int32_t> to
   const std::int64_t f = groups_due(len - nq, shape->flush_at, G);
   st.synchronize();  // the pinned mirror may still feed the previous copy
   for (std::int64_t i = 0; i < n; ++i) {
-    host_ints(0)[i] = tokens[std::size_t(i)];
-    host_ints(1)[i] = slot;
-    host_ints(2)[i] = std::int32_t(len + i);
-    host_ints(3)[i] = std::int32_t(len + i + 1);
+    set_row(i, tokens[std::size_t(i)], slot, len + i);
     set_quant_row(i, nq + f * G, nq / G, i == 0 ? f : 0);
   }
   host_ints(store_slot)[0] = slot;
@@ -139,12 +165,8 @@ void cuda_forward::impl::prefill_staged(int slot, std::span<const std::int32_t> 
   for (std::size_t off = 0; off < tokens.size(); off += std::size_t(opt.prefill_chunk)) {
     const std::int64_t m = std::min<std::int64_t>(opt.prefill_chunk, std::int64_t(tokens.size() - off));
     st.synchronize();
-    for (std::int64_t i = 0; i < m; ++i) {
-      host_ints(0)[i] = tokens[off + std::size_t(i)];
-      host_ints(1)[i] = 0;  // the staging rows are slot 0 of their own
-      host_ints(2)[i] = std::int32_t(len + i);
-      host_ints(3)[i] = std::int32_t(len + i + 1);
-    }
+    for (std::int64_t i = 0; i < m; ++i)
+      set_row(i, tokens[off + std::size_t(i)], 0, len + i);  // the staging rows are slot 0 of their own
     host_ints(store_slot)[0] = slot;  // the host store takes the slot's own index
     host_ints(store_first)[0] = std::int32_t(len);
     host_ints(store_count)[0] = std::int32_t(m);
@@ -206,9 +228,6 @@ void cuda_forward::impl::step(const char* who, std::span<const int> slots, std::
   // Built only for an error message: nothing is allocated on a good step's path.
   const auto name = [who] { return std::string("cuda_forward::") + who; };
   const std::int64_t b = std::int64_t(slots.size());
-  if (b < 1 || b > opt.max_batch)
-    throw std::invalid_argument(name() + ": " + std::to_string(slots.size()) + " slots; expected 1.." +
-                                std::to_string(opt.max_batch));
   const std::int64_t n_cap =
       quant ? std::min<std::int64_t>(opt.max_step_tokens, shape->max_append) : opt.max_step_tokens;
   if (n < 1 || (n > 1 && n > n_cap))
@@ -219,17 +238,7 @@ void cuda_forward::impl::step(const char* who, std::span<const int> slots, std::
     throw std::invalid_argument(name() + ": " + std::to_string(tokens.size()) + " tokens for " + std::to_string(b) +
                                 " slots of " + std::to_string(n) + " rows");
   if (draft && !w.draft_group) throw std::logic_error(name() + ": the model has no draft weights");
-  std::vector<bool> seen(std::size_t(opt.max_batch), false);
-  for (std::size_t i = 0; i < slots.size(); ++i) {
-    check_slot(slots[i]);
-    if (seen[std::size_t(slots[i])])
-      throw std::invalid_argument(name() + ": slot " + std::to_string(slots[i]) + " listed twice");
-    seen[std::size_t(slots[i])] = true;
-    if (lengths[std::size_t(slots[i])] + n > opt.max_context)
-      throw std::invalid_argument(
-          name() + ": slot " + std::to_string(slots[i]) + " holds " + std::to_string(lengths[std::size_t(slots[i])]) +
-          " of " + std::to_string(opt.max_context) + " tokens; " + std::to_string(n) + " more do not fit");
-  }
+  check_slots(who, slots, n);
   for (std::size_t i = 0; i < tokens.size(); ++i) check_token(tokens[i], i);
   const std::int64_t m = b * n;
   if (!out_logits.empty() && std::int64_t(out_logits.size()) < m * c.vocab_size)
@@ -245,19 +254,12 @@ void cuda_forward::impl::step(const char* who, std::span<const int> slots, std::
     const std::int64_t pos = lengths[slot];
     std::int64_t f = 0, nq = 0;
     if (quant) {
-      const std::int64_t G = shape->layout.group;
       nq = quantized_len[slot];
-      f = groups_due(pos - nq, shape->flush_at, G);
-      if (f > 1 || pos - nq - f * G + n > shape->win_cap)  // cuda_packed_kv.hpp: cannot happen
-        throw std::logic_error(name() + ": slot " + std::to_string(slot) + " holds a window of " +
-                               std::to_string(pos - nq) + " tokens, more than one flush can make room for");
+      f = flush_before(who, slot, n);
     }
     for (std::int64_t j = 0; j < n; ++j) {
       const std::int64_t r = i * n + j;
-      host_ints(0)[r] = tokens[std::size_t(r)];
-      host_ints(1)[r] = std::int32_t(slot);
-      host_ints(2)[r] = std::int32_t(pos + j);
-      host_ints(3)[r] = std::int32_t(pos + j + 1);
+      set_row(r, tokens[std::size_t(r)], int(slot), pos + j);
       if (quant) set_quant_row(r, nq + f * shape->layout.group, nq / shape->layout.group, j == 0 ? f : 0);
     }
     if (per_block > 1)
@@ -318,12 +320,7 @@ void cuda_forward::prefill(int slot, std::span<const std::int32_t> tokens, std::
     for (std::size_t off = 0; off < tokens.size(); off += std::size_t(s.opt.prefill_chunk)) {
       const std::int64_t n = std::min<std::int64_t>(s.opt.prefill_chunk, std::int64_t(tokens.size() - off));
       s.st.synchronize();  // the pinned mirror may still feed the previous copy
-      for (std::int64_t i = 0; i < n; ++i) {
-        s.host_ints(0)[i] = tokens[off + std::size_t(i)];
-        s.host_ints(1)[i] = slot;
-        s.host_ints(2)[i] = std::int32_t(len + i);
-        s.host_ints(3)[i] = std::int32_t(len + i + 1);
-      }
+      for (std::int64_t i = 0; i < n; ++i) s.set_row(i, tokens[off + std::size_t(i)], slot, len + i);
       s.upload_ints();
       const bool last = off + std::size_t(n) == tokens.size();
       s.layers(n, slot, len, last ? 1 : 0);

@@ -334,23 +334,14 @@ void cuda_forward::impl::spec_forward(spec_phase ph, const char* who, std::span<
   if (draft) throw std::logic_error(name() + ": SpeCache steps run the 16-bit weights");
   const bool two = ph == spec_phase::speculative;
   const std::int64_t b = std::int64_t(slots.size()), per = two ? 2 : 1, m = b * per;
-  if (b < 1 || b > opt.max_batch)
-    throw std::invalid_argument(name() + ": " + std::to_string(b) + " slots; expected 1.." +
-                                std::to_string(opt.max_batch));
   if (std::int64_t(tokens.size()) != b || (two && std::int64_t(spec_tokens.size()) != b))
     throw std::invalid_argument(name() + ": one token" + (two ? " and one speculative token" : std::string()) +
                                 " per slot expected");
   if (!out_logits.empty() && std::int64_t(out_logits.size()) < m * c.vocab_size)
     throw std::invalid_argument(name() + ": logits must hold " + std::to_string(m) + " * vocab_size floats");
-  std::vector<bool> seen(std::size_t(opt.max_batch), false);
+  check_slots(who, slots, 1);  // one kept row per slot
   for (std::int64_t i = 0; i < b; ++i) {
     const int slot = slots[std::size_t(i)];
-    check_slot(slot);
-    if (seen[std::size_t(slot)]) throw std::invalid_argument(name() + ": slot " + std::to_string(slot) + " listed twice");
-    seen[std::size_t(slot)] = true;
-    if (lengths[std::size_t(slot)] + 1 > opt.max_context)
-      throw std::invalid_argument(name() + ": slot " + std::to_string(slot) + " is full (" +
-                                  std::to_string(opt.max_context) + " tokens)");
     if (lengths[std::size_t(slot)] == 0)
       throw std::invalid_argument(name() + ": slot " + std::to_string(slot) + " is empty; prefill it first");
     if (two && !spec->seeded[std::size_t(slot)])
@@ -365,17 +356,11 @@ void cuda_forward::impl::spec_forward(spec_phase ph, const char* who, std::span<
   for (std::int64_t i = 0; i < b; ++i) {
     const int slot = slots[std::size_t(i)];
     const std::int64_t pos = lengths[std::size_t(slot)], nq = quantized_len[std::size_t(slot)];
-    const std::int64_t f = groups_due(pos - nq, shape->flush_at, G);
-    if (f > 1 || pos - nq - f * G + per > shape->win_cap)  // cuda_packed_kv.hpp: cannot happen
-      throw std::logic_error(name() + ": slot " + std::to_string(slot) + " holds a window of " +
-                             std::to_string(pos - nq) + " tokens, more than one flush can make room for");
+    const std::int64_t f = flush_before(who, std::size_t(slot), per);
     const std::int64_t after = nq + f * G;
     // The real row (entry i, or 2i beside its speculative row).
     const std::int64_t e = i * per;
-    host_ints(0)[e] = tokens[std::size_t(i)];
-    host_ints(1)[e] = slot;
-    host_ints(2)[e] = std::int32_t(pos);
-    host_ints(3)[e] = std::int32_t(pos + 1);
+    set_row(e, tokens[std::size_t(i)], slot, pos);
     set_quant_row(e, after, nq / G, f);
     // The real row's scores only for the hit rate (rows after the speculative ones).
     host_ints(scores_row)[e] = !two ? std::int32_t(i) : opt.specache_hit_rate ? std::int32_t(opt.max_batch + i) : -1;
@@ -384,10 +369,7 @@ void cuda_forward::impl::spec_forward(spec_phase ph, const char* who, std::span<
     host_ints(store_first)[i] = std::int32_t(pos);
     host_ints(store_count)[i] = 1;
     if (two) {  // the speculative row at pos + 1, attending the real one too
-      host_ints(0)[e + 1] = spec_tokens[std::size_t(i)];
-      host_ints(1)[e + 1] = slot;
-      host_ints(2)[e + 1] = std::int32_t(pos + 1);
-      host_ints(3)[e + 1] = std::int32_t(pos + 2);
+      set_row(e + 1, spec_tokens[std::size_t(i)], slot, pos + 1);
       set_quant_row(e + 1, after, nq / G, 0);
       host_ints(scores_row)[e + 1] = std::int32_t(i);
       host_ints(7)[i] = std::int32_t(e);  // one multi-query attention block per slot
