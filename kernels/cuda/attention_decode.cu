@@ -19,8 +19,10 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cuda/async_copy.cuh"
 #include "kernels/cuda/attention.hpp"
 #include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/split_merge.cuh"
 #include "kernels/cuda/vec.cuh"
 
 namespace specpipe::kernels::cuda {
@@ -52,14 +54,9 @@ struct decode_layout {
   static_assert(sizeof(float) * rows * D <= k_bytes, "final reduction reuses the K tiles");
 };
 
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  const int n = valid ? 16 : 0;  // 0: zero-fill, never read past the sequence
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+using detail::cp_async16;  // with valid false: zero-fill, never read past the sequence
+using detail::cp_async_commit;
+using detail::cp_async_wait;
 
 template <int D, int G>
 __global__ void __launch_bounds__(threads)
@@ -263,20 +260,9 @@ __global__ void decode_combine_kernel(decode_attention_args a) {
   detail::allow_dependent_launch();  // the o_proj GEMV may start streaming W
   const int h = blockIdx.x, b = blockIdx.y, d = threadIdx.x;
   const std::int64_t bh = std::int64_t(b) * a.n_heads + h;
-  const float* part_o = a.partial + bh * a.splits * D;
-  const float* ml = a.partial + std::int64_t(a.batch) * a.n_heads * a.splits * D + bh * a.splits * 2;
-  float m = -INFINITY;
-  for (int s = 0; s < a.splits; ++s)
-    if (ml[2 * s + 1] > 0.f) m = fmaxf(m, ml[2 * s]);
-  float num = 0.f, den = 0.f;
-  for (int s = 0; s < a.splits; ++s) {
-    const float l = ml[2 * s + 1];
-    if (l > 0.f) {
-      const float w = l * exp2f(ml[2 * s] - m);
-      num = fmaf(w, part_o[s * D + d], num);
-      den += w;
-    }
-  }
+  const auto [m, num, den] = detail::merge_splits<D>(
+      a.partial + bh * a.splits * D,
+      a.partial + std::int64_t(a.batch) * a.n_heads * a.splits * D + bh * a.splits * 2, a.splits, d);
   reinterpret_cast<bf16*>(a.out)[std::int64_t(b) * a.ld_out + std::int64_t(h) * D + d] =
       __float2bfloat16(num / den);
 }

@@ -9,6 +9,7 @@
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/packed_attention.hpp"
 #include "kernels/cuda/packed_combine.hpp"
+#include "kernels/cuda/split_merge.cuh"
 #include "kernels/cuda/vec.cuh"
 
 namespace specpipe::kernels::cuda {
@@ -38,20 +39,9 @@ __global__ void packed_combine_kernel(packed_attention_args a) {
   detail::allow_dependent_launch();
   const int h = blockIdx.x, e = blockIdx.y, d = threadIdx.x;
   const std::int64_t bh = std::int64_t(e) * a.n_heads + h;
-  const float* part_o = a.partial + bh * a.splits * D;
-  const float* ml = a.partial + std::int64_t(a.entries) * a.n_heads * a.splits * D + bh * a.splits * 2;
-  float m = -INFINITY;
-  for (int s = 0; s < a.splits; ++s)
-    if (ml[2 * s + 1] > 0.f) m = fmaxf(m, ml[2 * s]);
-  float num = 0.f, den = 0.f;
-  for (int s = 0; s < a.splits; ++s) {
-    const float l = ml[2 * s + 1];
-    if (l > 0.f) {
-      const float w = exp2f(ml[2 * s] - m);
-      num = fmaf(w * l, part_o[s * D + d], num);
-      den = fmaf(w, l, den);
-    }
-  }
+  const auto [m, num, den] = detail::merge_splits<D>(
+      a.partial + bh * a.splits * D,
+      a.partial + std::int64_t(a.entries) * a.n_heads * a.splits * D + bh * a.splits * 2, a.splits, d);
   write_merged<D>(a, e, h, d, bh, m, num, den);
 }
 

@@ -12,6 +12,7 @@
 
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/quantize.hpp"
+#include "kernels/cuda/vec.cuh"
 
 namespace specpipe::kernels::cuda {
 namespace {
@@ -19,7 +20,7 @@ namespace {
 constexpr int threads = 128;
 
 __device__ __forceinline__ float bf(const std::uint16_t* p) { return __bfloat162float(__ushort_as_bfloat16(*p)); }
-__device__ __forceinline__ float h2f(std::uint16_t h) { return __half2float(__ushort_as_half(h)); }
+using detail::h2f;
 __device__ __forceinline__ std::uint16_t f2h(float x) { return __half_as_ushort(__float2half_rn(x)); }
 
 // std::min / std::max exactly (which of two equal values, e.g. -0 and +0,

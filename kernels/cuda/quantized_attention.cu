@@ -22,8 +22,10 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cuda/async_copy.cuh"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/quantized_attention.hpp"
+#include "kernels/cuda/split_merge.cuh"
 #include "kernels/cuda/vec.cuh"
 
 namespace specpipe::kernels::cuda {
@@ -121,14 +123,13 @@ __device__ __forceinline__ void cp_async(void* smem, const void* gmem) {
   else
     asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(s), "l"(gmem), "n"(N));
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+using detail::cp_async_commit;
+using detail::cp_async_wait;
 
 // Exact float of a small unsigned code without the slow integer conversion:
 // 2^23 + u has u in its mantissa.
 __device__ __forceinline__ float code_f(unsigned u) { return __uint_as_float(u | 0x4B000000u) - 8388608.f; }
-__device__ __forceinline__ float h2f(std::uint16_t h) { return __half2float(__ushort_as_half(h)); }
+using detail::h2f;
 
 template <int D, int GQ, int B, bool LOWER>
 __global__ void __launch_bounds__(threads) quant_decode_kernel(quant_decode_args a, shape sh) {
@@ -427,20 +428,9 @@ __global__ void quant_decode_combine_kernel(quant_decode_args a) {
   detail::allow_dependent_launch();
   const int h = blockIdx.x, b = blockIdx.y, d = threadIdx.x;
   const std::int64_t bh = std::int64_t(b) * a.n_heads + h;
-  const float* part_o = a.partial + bh * a.splits * D;
-  const float* ml = a.partial + std::int64_t(a.batch) * a.n_heads * a.splits * D + bh * a.splits * 2;
-  float m = -INFINITY;
-  for (int s = 0; s < a.splits; ++s)
-    if (ml[2 * s + 1] > 0.f) m = fmaxf(m, ml[2 * s]);
-  float num = 0.f, den = 0.f;
-  for (int s = 0; s < a.splits; ++s) {
-    const float l = ml[2 * s + 1];
-    if (l > 0.f) {
-      const float w = l * exp2f(ml[2 * s] - m);
-      num = fmaf(w, part_o[s * D + d], num);
-      den += w;
-    }
-  }
+  const auto [m, num, den] = detail::merge_splits<D>(
+      a.partial + bh * a.splits * D,
+      a.partial + std::int64_t(a.batch) * a.n_heads * a.splits * D + bh * a.splits * 2, a.splits, d);
   const std::int64_t at = std::int64_t(b) * a.ld_out + std::int64_t(h) * D + d;
   if (a.out_f32)
     a.out_f32[at] = num / den;

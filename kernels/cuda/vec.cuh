@@ -2,6 +2,7 @@
 // Device helpers shared by the kernels: 16-byte vectors of 8 bf16 and their
 // conversion to f32. CUDA-only (included from .cu files).
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <cstdint>
 
@@ -64,6 +65,9 @@ __device__ __forceinline__ std::uint64_t mix64(std::uint64_t z) {
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
 }
+
+// The f32 value of raw f16 bits.
+__device__ __forceinline__ float h2f(std::uint16_t h) { return __half2float(__ushort_as_half(h)); }
 
 // Uniform in [0, 1) from the top 24 bits.
 __device__ __forceinline__ float uniform01(std::uint64_t seed, std::uint64_t index) {
