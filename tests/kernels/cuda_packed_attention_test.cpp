@@ -495,26 +495,30 @@ replaced expand_sets(const replaced& sets, const std::vector<std::int32_t>& inde
   return r;
 }
 
+// Entries reading sets of replaced rows through an index: one random set per
+// shape of `set_shapes` (40 rows per KV head), entry e reading set index[e];
+// `ro` brings the rest of the case (splits, blocks, probabilities).
+void run_shared_rows(allocator& dev, const format_case& fc, const std::vector<entry>& set_shapes,
+                     const std::vector<entry>& es, const std::vector<std::int32_t>& index,
+                     const std::vector<slot_shape>& shapes, unsigned seed, run_options ro) {
+  std::mt19937 rng(seed);
+  const auto sets = make_replaced(set_shapes, 2, 128, 40, false, false, rng);
+  const auto rows = expand_sets(sets, index, 2, 128);
+  ro.rows = &rows;
+  ro.device_rows = &sets;
+  ro.entry_index = index;
+  ro.splits = {1, 3};
+  run_case(dev, fc, 128, 2, 4, 64, shapes, es, 70, seed, ro);
+}
+
 // SpeCache's step: the real and the speculative row of a slot (and rows of
 // other slots between them) read the slot's one set of fetched rows.
 TEST_F(cuda_packed_attention, entries_share_rows_through_an_index) {
   unsigned seed = 1550;
-  for (const auto& fc : {formats[0], formats[3], formats[5]}) {
-    const std::vector<slot_shape> shapes = {{5, 23}, {2, 64}};
-    // Sets for slot 0 and slot 1 (as long as their longest entries).
-    const std::vector<entry> set_shapes = {{0, 5 * 64 + 23}, {1, 2 * 64 + 64}};
-    std::mt19937 rng(++seed);
-    const auto sets = make_replaced(set_shapes, 2, 128, 40, false, false, rng);
-    const std::vector<entry> es = {{0, 5 * 64 + 23}, {1, 2 * 64 + 64}, {0, 5 * 64 + 24}, {1, 2 * 64 + 65}};
-    const std::vector<std::int32_t> index = {0, 1, 0, 1};
-    const auto rows = expand_sets(sets, index, 2, 128);
-    run_options ro;
-    ro.rows = &rows;
-    ro.device_rows = &sets;
-    ro.entry_index = index;
-    ro.splits = {1, 3};
-    run_case(*dev_, fc, 128, 2, 4, 64, {{5, 25}, {2, 66}}, es, 70, seed, ro);
-  }
+  for (const auto& fc : {formats[0], formats[3], formats[5]})
+    run_shared_rows(*dev_, fc, {{0, 5 * 64 + 23}, {1, 2 * 64 + 64}},
+                    {{0, 5 * 64 + 23}, {1, 2 * 64 + 64}, {0, 5 * 64 + 24}, {1, 2 * 64 + 65}}, {0, 1, 0, 1},
+                    {{5, 25}, {2, 66}}, ++seed, run_options{});
 }
 
 // The same in one multi-query block per slot (SpeCache's step: the real
@@ -523,23 +527,14 @@ TEST_F(cuda_packed_attention, entries_share_rows_through_an_index) {
 // against the CPU.
 TEST_F(cuda_packed_attention, multi_query_blocks_with_shared_rows_and_scores) {
   unsigned seed = 1580;
-  for (const auto& fc : {formats[0], formats[3], formats[1]}) {
-    const std::vector<entry> set_shapes = {{0, 5 * 64 + 23}, {1, 2 * 64 + 60}};
-    std::mt19937 rng(++seed);
-    const auto sets = make_replaced(set_shapes, 2, 128, 40, false, false, rng);
-    const std::vector<entry> es = {{0, 5 * 64 + 24}, {0, 5 * 64 + 25}, {1, 2 * 64 + 61}, {1, 2 * 64 + 62}};
-    const std::vector<std::int32_t> index = {0, 0, 1, 1};
-    const auto rows = expand_sets(sets, index, 2, 128);
-    run_options ro;
-    ro.rows = &rows;
-    ro.device_rows = &sets;
-    ro.entry_index = index;
-    ro.blocks = {{0, 2}, {2, 2}};
-    ro.max_queries = 2;
-    ro.probs = true;
-    ro.splits = {1, 3};
-    run_case(*dev_, fc, 128, 2, 4, 64, {{5, 25}, {2, 62}}, es, 70, seed, ro);
-  }
+  run_options ro;
+  ro.blocks = {{0, 2}, {2, 2}};
+  ro.max_queries = 2;
+  ro.probs = true;
+  for (const auto& fc : {formats[0], formats[3], formats[1]})
+    run_shared_rows(*dev_, fc, {{0, 5 * 64 + 23}, {1, 2 * 64 + 60}},
+                    {{0, 5 * 64 + 24}, {0, 5 * 64 + 25}, {1, 2 * 64 + 61}, {1, 2 * 64 + 62}}, {0, 0, 1, 1},
+                    {{5, 25}, {2, 62}}, ++seed, ro);
 }
 
 TEST_F(cuda_packed_attention, every_position_replaced_equals_full_attention) {
