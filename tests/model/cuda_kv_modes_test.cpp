@@ -161,23 +161,8 @@ std::vector<kv_mode> all_modes(std::int64_t kivi_group, std::int64_t residual, s
           parse_kv_mode("hier", 4, hier_group, 0), parse_kv_mode("hier", 8, hier_group, 0)};
 }
 
-model_config small_config() {
-  model_config c;
-  c.model_type = "llama";
-  c.vocab_size = 300;
-  c.hidden_size = 256;
-  c.intermediate_size = 680;
-  c.num_hidden_layers = 3;
-  c.num_attention_heads = 8;
-  c.num_key_value_heads = 2;
-  c.head_dim = 64;
-  c.max_position_embeddings = 2048;
-  c.rope.theta = 10000.0;
-  return c;
-}
-
 TEST_F(cuda_kv_modes, random_model_short_and_long_prompts) {
-  const auto c = small_config();
+  const auto c = test::small_gqa_config();
   const auto m = test::random_weights(c, 17, 0.1f, dtype::bf16);
   std::mt19937 rng(5);
   std::vector<std::int32_t> long_prompt(150), short_prompt(9);
@@ -193,7 +178,7 @@ TEST_F(cuda_kv_modes, random_model_short_and_long_prompts) {
 }
 
 TEST_F(cuda_kv_modes, hier_read_switch_and_rollback_within_the_window) {
-  const auto c = small_config();
+  const auto c = test::small_gqa_config();
   const auto m = test::random_weights(c, 23, 0.1f, dtype::bf16);
   std::mt19937 rng(6);
   std::vector<std::int32_t> prompt(70);
@@ -205,7 +190,7 @@ TEST_F(cuda_kv_modes, hier_read_switch_and_rollback_within_the_window) {
 }
 
 TEST_F(cuda_kv_modes, ragged_batch_flushes_each_slot_on_its_own_step) {
-  const auto c = small_config();
+  const auto c = test::small_gqa_config();
   const auto m = test::random_weights(c, 29, 0.1f, dtype::bf16);
   std::mt19937 rng(7);
   const std::size_t lens[3] = {100, 9, 47};
@@ -263,7 +248,7 @@ TEST_F(cuda_kv_modes, default_model_greedy_tokens_match_the_cpu_cache) {
 }
 
 TEST_F(cuda_kv_modes, sizes_and_refusals) {
-  const auto c = small_config();
+  const auto c = test::small_gqa_config();
   const auto m = test::random_weights(c, 31, 0.1f, dtype::bf16);
   cuda_model gm(c, m.w);
   cuda_forward_options o;

@@ -41,21 +41,6 @@ class cuda_specache : public ::testing::Test {
   }
 };
 
-model_config small_config() {
-  model_config c;
-  c.model_type = "llama";
-  c.vocab_size = 300;
-  c.hidden_size = 256;
-  c.intermediate_size = 680;
-  c.num_hidden_layers = 3;
-  c.num_attention_heads = 8;
-  c.num_key_value_heads = 2;
-  c.head_dim = 64;
-  c.max_position_embeddings = 2048;
-  c.rope.theta = 10000.0;
-  return c;
-}
-
 kv_mode specache_mode(int topk, bool output) {
   kv_mode m = parse_kv_mode("specache", 1, 32, 16);  // G = 32, R = 16: a flush every 32 steps
   set_specache_flags(m, topk, output ? "output" : "speculative");
@@ -125,7 +110,7 @@ spec_run run_specache(cuda_forward& fwd, int slot, const std::vector<std::int32_
 }
 
 TEST_F(cuda_specache, topk_covering_the_context_matches_the_full_cache) {
-  const auto c = small_config();
+  const auto c = test::small_gqa_config();
   const auto m = test::random_weights(c, 17, 0.1f, dtype::bf16);
   cuda_model gm(c, m.w);
   const int steps = 70;  // two flushes past the prompt
@@ -179,7 +164,7 @@ TEST_F(cuda_specache, topk_covering_the_context_matches_the_full_cache) {
 }
 
 TEST_F(cuda_specache, fetched_rows_bring_the_logits_closer_to_full) {
-  const auto c = small_config();
+  const auto c = test::small_gqa_config();
   const auto m = test::random_weights(c, 23, 0.1f, dtype::bf16);
   cuda_model gm(c, m.w);
   const int steps = 40;
@@ -268,7 +253,7 @@ std::vector<std::vector<float>> run_batch(cuda_forward& fwd, const std::vector<s
 }
 
 TEST_F(cuda_specache, batched_slots_equal_each_slot_alone_and_graphs_equal_eager) {
-  const auto c = small_config();
+  const auto c = test::small_gqa_config();
   const auto m = test::random_weights(c, 29, 0.1f, dtype::bf16);
   cuda_model gm(c, m.w);
   const int steps = 40;
@@ -306,7 +291,7 @@ TEST_F(cuda_specache, batched_slots_equal_each_slot_alone_and_graphs_equal_eager
 }
 
 TEST_F(cuda_specache, memory_matches_its_accounting_and_misuse_is_refused) {
-  const auto c = small_config();
+  const auto c = test::small_gqa_config();
   const auto m = test::random_weights(c, 31, 0.1f, dtype::bf16);
   cuda_model gm(c, m.w);
   cuda_forward_options o;

@@ -13,6 +13,23 @@
 
 namespace specpipe::test {
 
+// A small GQA Llama for the GPU model tests: 3 layers, 8 query heads over 2
+// KV heads of 64, vocabulary 300.
+inline model_config small_gqa_config() {
+  model_config c;
+  c.model_type = "llama";
+  c.vocab_size = 300;
+  c.hidden_size = 256;
+  c.intermediate_size = 680;
+  c.num_hidden_layers = 3;
+  c.num_attention_heads = 8;
+  c.num_key_value_heads = 2;
+  c.head_dim = 64;
+  c.max_position_embeddings = 2048;
+  c.rope.theta = 10000.0;
+  return c;
+}
+
 struct random_weights {
   std::vector<std::vector<std::uint32_t>> store;  // 4-byte words: room for f32 or bf16
   model_weights w;
