@@ -269,9 +269,7 @@ int bench_main(int argc, char** argv) {
     run_full = false;
     for (const auto& m : modes) run_full = run_full || m.format == kv_format::full;
     for (const auto& m : modes)
-      if (device == "cuda" && m.speculative() && m.topk > 1024)
-        throw usage_error("--topk: the GPU fetches at most 1024 rows per layer and KV head, got " +
-                          std::to_string(m.topk));
+      if (device == "cuda") check_gpu_topk(m);
     o.kv_modes = modes;
   }
   if (!run_quantspec && (!vm["gamma"].defaulted() || !vm["weight-group"].defaulted() || qso.quantize_lm_head ||

@@ -5,6 +5,7 @@
 #include <iostream>
 #include <limits>
 
+#include "kernels/cuda/topk.hpp"
 #include "model/model_error.hpp"
 
 namespace specpipe::apps {
@@ -87,6 +88,12 @@ void print_specache_line(const specache_stats& s) {
                static_cast<long long>(s.steps), 100 * s.hit_rate(), static_cast<long long>(s.hits),
                static_cast<long long>(s.needed), 100 * s.guess_rate(),
                s.steps > 0 ? double(s.bytes_fetched) / double(s.steps) / 1024.0 : 0.0);
+}
+
+void check_gpu_topk(const kv_mode& mode) {
+  if (mode.speculative() && mode.topk > kernels::cuda::topk_max_k)
+    throw usage_error("--topk: the GPU fetches at most " + std::to_string(kernels::cuda::topk_max_k) +
+                      " rows per layer and KV head, got " + std::to_string(mode.topk));
 }
 
 int guarded(const char* command, int (*body)(int, char**), int argc, char** argv) {

@@ -4,6 +4,7 @@
 #include <boost/program_options.hpp>
 
 #include "model/generator.hpp"
+#include "model/kv_mode.hpp"
 #include "model/specache_stats.hpp"
 
 #include <filesystem>
@@ -40,6 +41,10 @@ void print_timing_line(const generation_result& res, const std::string& model_na
 
 // SpeCache's figures of a run, on stderr after the timing line.
 void print_specache_line(const specache_stats& s);
+
+// --device cuda with --kv specache: the GPU fetches at most
+// kernels::cuda::topk_max_k rows per layer and KV head. Throws usage_error.
+void check_gpu_topk(const kv_mode& mode);
 
 // Runs `body`, mapping exceptions to the exit codes documented in commands.hpp.
 int guarded(const char* command, int (*body)(int, char**), int argc, char** argv);

@@ -116,9 +116,7 @@ int generate_main(int argc, char** argv) {
                                                      : " (or quantspec)"));
     }
   }
-  if (device == "cuda" && kv_choice.speculative() && kv_choice.topk > 1024)
-    throw usage_error("--topk: the GPU fetches at most 1024 rows per layer and KV head, got " +
-                      std::to_string(kv_choice.topk));
+  if (device == "cuda") check_gpu_topk(kv_choice);
   if (device == "cuda" && quantspec && qs_opts.kv_group != 32 && qs_opts.kv_group != 64 && qs_opts.kv_group != 128)
     throw usage_error("--group: the GPU's hierarchical cache uses groups of 32, 64 or 128 tokens, got " +
                       std::to_string(qs_opts.kv_group));

@@ -21,7 +21,8 @@ namespace specpipe::apps {
 // scratch would exceed that many GiB of device memory. trace_file non-empty:
 // write a Chrome trace of the run there (spans of the prefill and of each
 // step, or each QuantSpec round's draft and verify, on the host clock; every
-// span ends with the device synchronized, so it covers the GPU work).
+// span ends with the device synchronized, so it covers the GPU work; with
+// SpeCache, CUDA-event spans of each layer, top-k and fetch on their streams).
 int run_generate_cuda(const model& m, const generation_request& req, const std::vector<std::int32_t>& eos_ids,
                       std::int64_t max_context, const std::string& prompt_text, const kv_mode& kv,
                       double gpu_memory_gib = 0, const std::string& trace_file = {});

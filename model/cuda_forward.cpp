@@ -25,6 +25,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cuda/topk.hpp"
 #include "model/cuda_packed_kv.hpp"
 
 #ifdef SPECPIPE_HAVE_CUDA
@@ -205,8 +206,9 @@ cuda_forward::cuda_forward(const cuda_model& model, const cuda_forward_options& 
     if (options.kv.format != kv_format::specache)
       throw std::invalid_argument("cuda_forward: specache_fetch needs the specache KV format, not " +
                                   options.kv.describe());
-    if (options.kv.topk < 1 || options.kv.topk > 1024)
-      throw std::invalid_argument("cuda_forward: specache's top-k must be in [1, 1024], got " +
+    if (options.kv.topk < 1 || options.kv.topk > kernels::cuda::topk_max_k)
+      throw std::invalid_argument("cuda_forward: specache's top-k must be in [1, " +
+                                  std::to_string(kernels::cuda::topk_max_k) + "], got " +
                                   std::to_string(options.kv.topk));
     if (options.kv_max_append < 2)
       throw std::invalid_argument("cuda_forward: specache steps append two rows (the speculative one); "
