@@ -20,9 +20,9 @@ struct gpu_worker_state {
   planner_actor planner;
   // Each sequence's last picked token, for a step queued with sampled_token.
   std::unordered_map<seq_id, std::int32_t> picked;
-  // One logits buffer reused by every step: picking here means logits never
-  // leave the worker, so no step allocates a vocab-sized vector.
-  std::vector<float> logits;
+  // Logits buffers reused by every step, one per entry: picking here means
+  // logits never leave the worker, so no step allocates vocab-sized vectors.
+  std::vector<std::vector<float>> logits;  // one per entry of the largest step so far
 
   worker_usage usage() const { return {id, compute->sequences(), compute->cache_bytes()}; }
 };
@@ -55,12 +55,41 @@ speculation_link make_link(worker_ptr self) {
   return link;
 }
 
+// The step's spans: one per forward (entries batched into one forward
+// share a span, named by their phase), the compute's own phase spans, and
+// the step itself.
+void trace_step(gpu_worker_state& st, const step_request& req, const step_result& res) {
+  for (std::size_t i = 0; i < res.outputs.size();) {
+    const step_output& out = res.outputs[i];
+    std::size_t j = i + 1;
+    double tokens = double(req.entries[i].tokens.size());
+    while (j < res.outputs.size() && res.outputs[j].compute_start_us == out.compute_start_us &&
+           res.outputs[j].compute_end_us == out.compute_end_us && req.entries[j].phase == req.entries[i].phase) {
+      tokens += double(req.entries[j].tokens.size());
+      ++j;
+    }
+    if (out.compute_end_us > out.compute_start_us) {
+      const char* name = req.entries[i].phase == seq_phase::prefill ? "prefill" : "decode";
+      std::vector<std::pair<std::string, double>> args{{"tokens", tokens}};
+      if (j - i == 1) args.insert(args.begin(), {"seq", double(out.seq)});
+      else args.insert(args.begin(), {"sequences", double(j - i)});
+      st.trace.span(st.track, name, trace_cat::compute, out.compute_start_us, out.compute_end_us, std::move(args));
+    }
+    i = j;
+  }
+  for (const auto& out : res.outputs)
+    for (const auto& sp : out.spans) st.trace.span(st.track, sp.name, trace_cat::compute, sp.t0_us, sp.t1_us, sp.args);
+  st.trace.span(st.track, "step", trace_cat::control, res.start_us, res.end_us,
+                {{"sequences", double(req.entries.size())}});
+  st.trace.counter(st.track, "gpu cache", {{"bytes", double(st.compute->cache_bytes())}});
+}
+
 gpu_worker_actor::behavior_type gpu_worker_behavior(worker_ptr self, int id, std::shared_ptr<step_compute> compute,
                                                     trace_sink trace, planner_actor planner) {
   auto& st = self->state;
   st.id = id;
-  st.track = "worker " + std::to_string(id);
   st.compute = std::move(compute);
+  st.track = std::string(st.compute->track_prefix()) + "worker " + std::to_string(id);
   st.trace = std::move(trace);
   st.planner = std::move(planner);
   if (st.planner) st.compute->attach(make_link(self));
@@ -74,23 +103,35 @@ gpu_worker_actor::behavior_type gpu_worker_behavior(worker_ptr self, int id, std
         res.step = req.step;
         res.worker = st.id;
         res.start_us = trace_now_us();
-        res.outputs.reserve(req.entries.size());
-        for (auto& e : req.entries) {
-          step_output out;
+        const std::size_t n = req.entries.size();
+        res.outputs.resize(n);
+        if (st.logits.size() < n) st.logits.resize(n);
+        const std::string who = "worker " + std::to_string(st.id) + ": request ";
+        for (std::size_t i = 0; i < n; ++i) {
+          step_entry& e = req.entries[i];
+          step_output& out = res.outputs[i];
           out.seq = e.seq;
           if (e.sampled_token) {
             const auto it = st.picked.find(e.seq);
             if (it == st.picked.end())
-              out.error = "worker " + std::to_string(st.id) + ": request " + std::to_string(e.seq) +
-                          ": a step continues from a picked token, but none was picked (its last step failed?)";
+              out.error = "a step continues from a picked token, but none was picked (its last step failed?)";
             else
               e.tokens.assign(1, it->second);
           }
-          const double t1 = trace_now_us();
+          if (out.error.empty()) out.logits.swap(st.logits[i]);
+        }
+        try {
+          st.compute->run_batch(req.entries, res.outputs);
+        } catch (const std::exception& ex) {  // run_batch reports per entry; this is a broken compute
+          for (auto& out : res.outputs)
+            if (out.error.empty()) out.error = ex.what();
+        }
+        for (std::size_t i = 0; i < n; ++i) {
+          const step_entry& e = req.entries[i];
+          step_output& out = res.outputs[i];
           if (out.error.empty()) {
-            out.logits.swap(st.logits);
+            const double t0 = trace_now_us();
             try {
-              st.compute->run(e, out);
               if (!out.tokens.empty()) {
                 out.token = out.tokens.back();  // the compute decided its tokens itself
                 st.picked[e.seq] = out.token;
@@ -100,28 +141,19 @@ gpu_worker_actor::behavior_type gpu_worker_behavior(worker_ptr self, int id, std
                 st.compute->picked(e, out.token, out);
               }
             } catch (const std::exception& ex) {
-              out.error = "worker " + std::to_string(st.id) + ": request " + std::to_string(e.seq) + ": " + ex.what();
+              out.error = ex.what();
             }
-            if (e.pick) out.logits.swap(st.logits);
+            out.compute_us += trace_now_us() - t0;
           }
-          if (!out.error.empty()) st.picked.erase(e.seq);
-          const double t2 = trace_now_us();
-          out.compute_us = t2 - t1;
-          if (st.trace) {
-            const char* name = e.phase == seq_phase::prefill ? "prefill" : "decode";
-            st.trace.span(st.track, name, trace_cat::compute, t1, t2,
-                          {{"seq", double(e.seq)}, {"tokens", double(e.tokens.size())}});
-            for (auto& sp : out.spans)
-              st.trace.span(st.track, sp.name, trace_cat::compute, sp.t0_us, sp.t1_us, std::move(sp.args));
+          // Picked outputs give their logits buffer back for the next step.
+          if (e.pick || !out.error.empty()) out.logits.swap(st.logits[i]);
+          if (!out.error.empty()) {
+            out.error = who + std::to_string(e.seq) + ": " + out.error;
+            st.picked.erase(e.seq);
           }
-          res.outputs.push_back(std::move(out));
         }
         res.end_us = trace_now_us();
-        if (st.trace) {
-          st.trace.span(st.track, "step", trace_cat::control, res.start_us, res.end_us,
-                        {{"sequences", double(req.entries.size())}});
-          st.trace.counter(st.track, "gpu cache", {{"bytes", double(st.compute->cache_bytes())}});
-        }
+        if (st.trace) trace_step(st, req, res);
         rp.deliver(std::move(res));
         return rp;
       },

@@ -162,7 +162,12 @@ struct step_output {
   int plan_layers = 0;
   specache_stats specache;
   std::int64_t cache_length = 0;  // after the step
-  double compute_us = 0;          // forward time inside the worker
+  // The forward that produced this output ran from compute_start_us to
+  // compute_end_us (trace clock; entries batched into one forward share it);
+  // compute_us is this entry's share of the worker's time (a batch's time
+  // split over its entries) plus its pick, so that shares add up.
+  double compute_start_us = 0, compute_end_us = 0;
+  double compute_us = 0;
   double wait_us = 0;             // time waiting on fetched rows
   spec_decode_stats spec;         // speculative rounds of this step
   // Phases of the compute worth a trace span of their own (a QuantSpec

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 
 #include "actors/messages.hpp"
 
@@ -53,11 +54,22 @@ class step_compute {
   // The compute waits on each of entry.fetched's events before it reads
   // those rows. Throws on failure.
   virtual void run(const step_entry& entry, step_output& out) = 0;
+  // Runs one step's entries: outs[i] belongs to entries[i], and an entry
+  // whose outs[i].error is already set (the worker found it cannot run) is
+  // skipped. An entry that fails gets its error in outs[i].error; the others
+  // go on. Each output's compute_start_us / compute_end_us say when its
+  // work ran (entries batched into one forward share them) and compute_us
+  // its share of the time. The default runs run()
+  // entry by entry; a device backend batches the decode entries into one
+  // forward. Called on the worker's thread only.
+  virtual void run_batch(std::span<const step_entry> entries, std::span<step_output> outs);
   // The worker picked `token` from run()'s logits. SpeCache pre-decodes
   // after a prefill here (it needs the first token). Throws on failure.
   virtual void picked(const step_entry&, std::int32_t /*token*/, step_output&) {}
   // Gives a speculating compute its way to the planner (once, at start).
   virtual void attach(speculation_link) {}
+  // Prefix of the worker's trace track ("cuda " for a GPU: "cuda worker 0").
+  virtual const char* track_prefix() const { return ""; }
   // Drops a sequence's cache (no-op for unknown sequences).
   virtual void release(seq_id seq) = 0;
   virtual std::int64_t sequences() const = 0;

@@ -161,12 +161,13 @@ int generate_main(int argc, char** argv) {
   if (device == "cuda" && quantspec)
     return run_generate_cuda_quantspec(m, req, eos, needed, prompt, qs_opts.kv_group, qs_opts.draft, qs_opts.gamma,
                                        gpu_memory, vm.count("trace") ? trace_file : std::string());
-  if (device == "cuda")
+  if (device == "cuda" && kv_choice.speculative())
     return run_generate_cuda(m, req, eos, needed, prompt, kv_choice, gpu_memory,
                              vm.count("trace") ? trace_file : std::string());
 
-  // The CPU backend runs through the actor pipeline: one worker, the host
-  // KV store, the transfer engine and planner, and the tracer with --trace.
+  // The actor pipeline: one worker (its compute on the CPU, or cuda_forward
+  // on GPU 0 for full, kivi and hier), the host KV store, the transfer engine
+  // and planner, and the tracer with --trace.
   actor_runtime runtime;
   pipeline_options popts;
   popts.max_context = needed;
@@ -179,7 +180,10 @@ int generate_main(int argc, char** argv) {
   popts.topk = kv_choice.topk;
   std::shared_ptr<step_compute> compute;
   std::string kv_text = kv_choice.describe();
-  if (quantspec) {
+  if (device == "cuda") {
+    compute = make_generate_cuda_compute(m, needed, kv_choice, gpu_memory);
+    if (kv_choice.format == kv_format::full) kv_text = "full (bf16)";
+  } else if (quantspec) {
     qs_opts.max_context = needed;
     compute = make_quantspec_step_compute(m.config, m.weights, qs_opts);
     kv_text = "quantspec G=" + std::to_string(qs_opts.kv_group) + " gamma " +

@@ -7,9 +7,9 @@
 #include <iostream>
 #include <optional>
 
+#include "actors/cuda_step_compute.hpp"
 #include "actors/trace_buffer.hpp"
 #include "apps/quantspec_cli.hpp"
-#include "model/cuda_decode_backend.hpp"
 #include "model/cuda_specache_backend.hpp"
 #include "model/cuda_forward.hpp"
 #include "model/cuda_quantspec.hpp"
@@ -103,42 +103,50 @@ std::string fixed_pct(double share) {
 }
 }  // namespace
 
+std::shared_ptr<step_compute> make_generate_cuda_compute(const model& m, std::int64_t max_context, const kv_mode& kv,
+                                                         double gpu_memory_gib) {
+  cuda_step_options o;
+  o.max_context = max_context;
+  o.max_sequences = 1;
+  o.kv = kv;
+  const std::size_t all = cuda_step_device_bytes(m.config, o), weights = cuda_model::weight_bytes(m.config);
+  check_budget(gpu_memory_gib, weights, all - weights);
+  return make_cuda_step_compute(m.config, m.weights, o);
+}
+
 int run_generate_cuda(const model& m, const generation_request& req, const std::vector<std::int32_t>& eos_ids,
                       std::int64_t max_context, const std::string& prompt_text, const kv_mode& kv,
                       double gpu_memory_gib, const std::string& trace_file) {
+  if (!kv.speculative()) throw std::logic_error("run_generate_cuda: SpeCache only (the pipeline runs the others)");
   cuda_forward_options o;
   o.max_batch = 1;
   o.max_context = max_context;
   o.kv = kv;
   check_budget(gpu_memory_gib, cuda_model::weight_bytes(m.config), cuda_forward::device_bytes(m.config, o));
-  o.specache_fetch = kv.speculative();  // SpeCache: the host store and the fetch of top-k rows
-  o.specache_hit_rate = kv.speculative() && kv.prefetch == specache_prefetch::speculative;
-  o.specache_timeline = kv.speculative() && !trace_file.empty();  // GPU spans per layer and stream
+  o.specache_fetch = true;  // the host store and the fetch of top-k rows
+  o.specache_hit_rate = kv.prefetch == specache_prefetch::speculative;
+  o.specache_timeline = !trace_file.empty();  // GPU spans per layer and stream
   const cuda_model gpu(m.config, m.weights, 0);
   cuda_forward fwd(gpu, o);
-  std::optional<cuda_decode_backend> plain;
-  std::optional<cuda_specache_backend> spec;
-  if (kv.speculative()) spec.emplace(fwd, 0, req.sampling, kv.prefetch);
-  else plain.emplace(fwd, 0, req.sampling);
-  decode_backend& inner = spec ? static_cast<decode_backend&>(*spec) : *plain;
+  cuda_specache_backend spec(fwd, 0, req.sampling, kv.prefetch);
+  decode_backend& inner = spec;
   trace_buffer trace;
   std::optional<traced_backend> traced;
   if (!trace_file.empty()) {
-    std::function<void(double)> gpu_spans;
-    if (spec)  // SpeCache: each layer on the compute stream, its top-k and fetch on theirs
-      gpu_spans = [&fwd, &trace](double t0) {
-        static const char* const tracks[] = {"cuda 0 compute", "cuda 0 planner", "cuda 0 transfer"};
-        for (const auto& sp : fwd.specache_timeline()) {
-          trace_event e;
-          e.track = tracks[sp.stream];
-          e.name = sp.name;
-          e.cat = sp.stream == 2 ? trace_cat::transfer : trace_cat::compute;
-          e.ts_us = t0 + sp.start_ms * 1e3;
-          e.dur_us = (sp.end_ms - sp.start_ms) * 1e3;
-          e.values = {{"layer", double(sp.layer)}};
-          trace.add(std::move(e));
-        }
-      };
+    // Each layer on the compute stream, its top-k and fetch on theirs.
+    std::function<void(double)> gpu_spans = [&fwd, &trace](double t0) {
+      static const char* const tracks[] = {"cuda 0 compute", "cuda 0 planner", "cuda 0 transfer"};
+      for (const auto& sp : fwd.specache_timeline()) {
+        trace_event e;
+        e.track = tracks[sp.stream];
+        e.name = sp.name;
+        e.cat = sp.stream == 2 ? trace_cat::transfer : trace_cat::compute;
+        e.ts_us = t0 + sp.start_ms * 1e3;
+        e.dur_us = (sp.end_ms - sp.start_ms) * 1e3;
+        e.values = {{"layer", double(sp.layer)}};
+        trace.add(std::move(e));
+      }
+    };
     traced.emplace(inner, trace, std::move(gpu_spans));
   }
   decode_backend& backend = traced ? static_cast<decode_backend&>(*traced) : inner;
@@ -150,10 +158,9 @@ int run_generate_cuda(const model& m, const generation_request& req, const std::
 
   // The first decode step of a batch size runs eagerly and the second is
   // captured as a CUDA graph; the rate counts them as the CPU path does.
-  print_timing_line(res, m.dir.filename().string(), "cuda",
-                    kv.format == kv_format::full ? std::string("full (bf16)") : kv.describe());
-  if (spec) {
-    const auto& s = spec->stats();
+  print_timing_line(res, m.dir.filename().string(), "cuda", kv.describe());
+  {
+    const auto& s = spec.stats();
     std::fprintf(stderr,
                  "[specache (GPU, %s prefetch, top-k %d): %lld steps | top-k hit rate %s | speculative token matched "
                  "%.1f%% | %.1f KiB fetched per step | host store %.1f MiB]\n",

@@ -132,6 +132,7 @@ std::int64_t cuda_forward::specache_rows_fetched() const { return 0; }
 void cuda_forward::select(const sampling_params&, std::uint64_t, std::span<std::int32_t>, std::int64_t, std::int64_t) {}
 void cuda_forward::fill_random_kv(int, std::int64_t, std::uint64_t) {}
 void cuda_forward::synchronize() const {}
+void cuda_forward::bind_thread() const {}
 void* cuda_forward::stream() const { return nullptr; }
 
 #else
@@ -363,6 +364,7 @@ void cuda_forward::fill_random_kv(int slot, std::int64_t length, std::uint64_t s
 }
 
 void cuda_forward::synchronize() const { impl_->st.synchronize(); }
+void cuda_forward::bind_thread() const { kc::set_device(impl_->w.device); }
 void* cuda_forward::stream() const { return impl_->st.get(); }
 
 #endif

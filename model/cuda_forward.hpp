@@ -245,6 +245,10 @@ class cuda_forward {
   void fill_random_kv(int slot, std::int64_t length, std::uint64_t seed);
 
   void synchronize() const;
+  // Makes this forward's device the calling thread's current one. A thread
+  // other than the constructing one (an actor's) calls it before its first
+  // call, as the current device is per thread.
+  void bind_thread() const;
   void* stream() const;  // the cudaStream_t all work runs on
 
   // Device bytes this object allocates for `config` and `options` (KV cache
