@@ -1,7 +1,8 @@
 #pragma once
-// What the actors cost per decode step on the CPU backend: the same greedy
-// decode timed as bare cpu_forward calls and through the whole pipeline
-// (scheduler -> worker -> store, tracing off). Callable from `specpipe bench`.
+// What the actors cost per decode step: the same greedy decode timed as bare
+// forward calls (cpu_forward, or cuda_forward on GPU 0 with the logits copied
+// to the host as the worker does) and through the whole pipeline (scheduler
+// -> worker -> store, tracing off). `specpipe bench --actors` prints it.
 #include <cstdint>
 #include <ostream>
 #include <vector>
@@ -12,6 +13,7 @@
 namespace specpipe {
 
 struct actor_overhead_result {
+  const char* device = "CPU";
   std::int64_t decode_steps = 0;  // per round
   int rounds = 0;
   double bare_step_us = 0;       // mean cpu_forward time of one decode token, best round
@@ -25,6 +27,11 @@ struct actor_overhead_result {
 actor_overhead_result measure_actor_overhead(const model_config& config, const model_weights& weights,
                                              const std::vector<std::int32_t>& prompt, std::int32_t decode_tokens,
                                              int threads = 0, int rounds = 5);
+
+// The same on GPU 0 (throws std::runtime_error without a device).
+actor_overhead_result measure_actor_overhead_cuda(const model_config& config, const model_weights& weights,
+                                                  const std::vector<std::int32_t>& prompt, std::int32_t decode_tokens,
+                                                  int rounds = 5);
 
 void print_actor_overhead(std::ostream& os, const actor_overhead_result& r);
 

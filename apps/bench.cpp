@@ -11,6 +11,7 @@
 #include <iostream>
 #include <random>
 
+#include "actors/actor_overhead.hpp"
 #include "apps/bench.hpp"
 #include "apps/cli_support.hpp"
 #include "apps/commands.hpp"
@@ -136,6 +137,23 @@ int memory_report(const bench_options& o, const std::vector<kv_mode>& modes, con
   return 0;
 }
 
+// --actors: one greedy decode of the model timed as bare forward calls and
+// through the actor pipeline, alternating, best of 5 rounds each.
+int actor_report(const bench_options& o, const std::string& device) {
+  constexpr std::int32_t prompt_tokens = 64, decode_tokens = 64;
+  const model m = model::load(o.model_dir);
+  std::vector<std::int32_t> prompt;
+  for (std::int32_t i = 0; i < prompt_tokens; ++i)
+    prompt.push_back(std::int32_t((97 * std::int64_t(i) + 11) % std::max<std::int64_t>(1, m.config.vocab_size)));
+  const auto r = device == "cuda" ? measure_actor_overhead_cuda(m.config, m.weights, prompt, decode_tokens)
+                                  : measure_actor_overhead(m.config, m.weights, prompt, decode_tokens);
+  std::printf("specpipe bench --actors: %s, %d prompt tokens, %d generated\n", o.model_name.c_str(), prompt_tokens,
+              decode_tokens);
+  print_actor_overhead(std::cout, r);
+  if (!r.same_tokens) throw std::runtime_error("--actors: the pipeline and the bare loop decoded different tokens");
+  return 0;
+}
+
 int bench_main(int argc, char** argv) {
   po::options_description desc("specpipe bench flags");
   std::string preset, model_dir, batches = "1", contexts = "4096", json_path, device = "cuda", kv_kinds;
@@ -166,6 +184,8 @@ int bench_main(int argc, char** argv) {
     ("gemv-only", "with --kernels: only the 4-bit weight GEMV of QuantSpec's draft, each version, llama shapes")
     ("no-graphs", "launch decode kernels one by one instead of replaying a CUDA graph")
     ("no-overlap", "launch the GEMVs normally instead of as programmatic dependents (PDL)")
+    ("actors", "time one greedy decode (64 + 64 tokens) through the actor pipeline against bare forward calls; "
+     "needs --model (CPU or CUDA)")
     ("memory-only", "run nothing: KV bytes per token and per sequence of each --kv format against fp16")
     ("kv", po::value(&kv_kinds)->default_value("full,kivi,specache,hier"),
      "KV cache modes, MODE[:BITS],...: full, kivi, specache, hier (--memory-only: all four by default; CUDA "
@@ -261,6 +281,11 @@ int bench_main(int argc, char** argv) {
   }
   const auto modes = cache_kinds.empty() ? std::vector<kv_mode>{}
                                          : parse_bench_modes(cache_kinds, kv_bits, kv_group, kv_residual, topk);
+  if (vm.count("actors")) {
+    if (!vm.count("model")) throw usage_error("--actors: needs --model (real weights on the host)");
+    if (device != "cpu" && device != "cuda") throw usage_error("--device: '" + device + "' is not one of cpu, cuda");
+    return actor_report(o, device);
+  }
   if (vm.count("memory-only")) {
     if (run_quantspec) throw usage_error("--memory-only: quantspec's cache is hier (list hier instead)");
     return memory_report(o, modes, json_path);

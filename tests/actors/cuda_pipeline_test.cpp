@@ -102,6 +102,31 @@ std::vector<std::int32_t> direct(int i, int n, kv_mode kv = {}) {
   return out;
 }
 
+// Teacher-forces `tokens` through a direct batch-1 loop and returns, per
+// step, how far the chosen token's logit lies below the step's largest
+// (0 where it is the argmax). A batched decode sums in another order than
+// batch 1 (its attention splits differ), so where two logits nearly tie it
+// may pick the other one; an entry given another sequence's output would
+// lie far below.
+std::vector<float> margins(int i, const std::vector<std::int32_t>& tokens, kv_mode kv = {}) {
+  const auto& m = model_once();
+  cuda_model gpu(m.config, m.weights, 0);
+  cuda_forward_options o;
+  o.max_context = context;
+  o.kv = kv;
+  cuda_forward fwd(gpu, o);
+  std::vector<float> logits(std::size_t(m.config.vocab_size));
+  fwd.prefill(0, prompt_of(i), logits);
+  std::vector<float> out;
+  const int one[1] = {0};
+  for (std::size_t k = 0; k < tokens.size(); ++k) {
+    out.push_back(*std::max_element(logits.begin(), logits.end()) - logits[std::size_t(tokens[k])]);
+    const std::int32_t tok[1] = {tokens[k]};
+    if (k + 1 < tokens.size()) fwd.decode(one, tok, logits);
+  }
+  return out;
+}
+
 struct outcome {
   bool ok = false;
   generation_result result;
@@ -149,16 +174,22 @@ TEST(CudaPipeline, ConcurrentRequestsShareBatchedStepsAndDecodeWhatEachDoesAlone
   for (const char* mode : {"full", "kivi"}) {
     SCOPED_TRACE(mode);
     const kv_mode kv = std::string(mode) == "full" ? kv_mode{} : parse_kv_mode("kivi", 4, 32, 32);
-    std::vector<std::vector<std::int32_t>> alone;
-    for (int i = 0; i < n; ++i) alone.push_back(direct(i, tokens, kv));
     actor_runtime rt;
     pipeline p(rt.system(), {gpu_compute(n, kv)}, options_of(n));
     const auto out = run_all(p, n, tokens);
     for (int i = 0; i < n; ++i) {
-      ASSERT_TRUE(out[std::size_t(i)].ok) << out[std::size_t(i)].error;
-      // Batched rows sum in another order than batch 1 (split counts differ),
-      // so equality holds unless two logits of a step tie to ~1e-6.
-      EXPECT_EQ(out[std::size_t(i)].result.tokens, alone[std::size_t(i)]) << "request " << i;
+      const auto& o = out[std::size_t(i)];
+      ASSERT_TRUE(o.ok) << o.error;
+      ASSERT_EQ(o.result.tokens.size(), std::size_t(tokens));
+      // Each batched pick is the batch-1 argmax, or within bf16 reordering
+      // noise of it (a near tie).
+      const auto gap = margins(i, o.result.tokens, kv);
+      int exact = 0;
+      for (std::size_t k = 0; k < gap.size(); ++k) {
+        EXPECT_LE(gap[k], 0.05f) << "request " << i << ", token " << k;
+        exact += gap[k] == 0.0f;
+      }
+      EXPECT_GE(exact, tokens - 3) << "request " << i;
     }
     EXPECT_GE(p.stats().decode_steps, 1);
     EXPECT_LT(p.stats().decode_steps, std::int64_t(n) * (tokens - 1)) << "no decode step held several sequences";
