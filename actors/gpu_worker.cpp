@@ -106,7 +106,6 @@ gpu_worker_actor::behavior_type gpu_worker_behavior(worker_ptr self, int id, std
         const std::size_t n = req.entries.size();
         res.outputs.resize(n);
         if (st.logits.size() < n) st.logits.resize(n);
-        const std::string who = "worker " + std::to_string(st.id) + ": request ";
         for (std::size_t i = 0; i < n; ++i) {
           step_entry& e = req.entries[i];
           step_output& out = res.outputs[i];
@@ -148,7 +147,7 @@ gpu_worker_actor::behavior_type gpu_worker_behavior(worker_ptr self, int id, std
           // Picked outputs give their logits buffer back for the next step.
           if (e.pick || !out.error.empty()) out.logits.swap(st.logits[i]);
           if (!out.error.empty()) {
-            out.error = who + std::to_string(e.seq) + ": " + out.error;
+            out.error = "worker " + std::to_string(st.id) + ": request " + std::to_string(e.seq) + ": " + out.error;
             st.picked.erase(e.seq);
           }
         }

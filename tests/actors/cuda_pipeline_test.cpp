@@ -80,8 +80,16 @@ generation_request request_of(int i, int max_tokens) {
   return r;
 }
 
-// Greedy tokens of a direct cuda_forward loop (batch 1), argmax on the host.
-std::vector<std::int32_t> direct(int i, int n, kv_mode kv = {}) {
+// A direct cuda_forward loop (batch 1, logits to the host) over request i:
+// greedy when `forced` is empty, else teacher-forcing `forced`. Per step it
+// keeps the token taken and how far that token's logit lies below the
+// step's largest (0 where it is the argmax).
+struct replay {
+  std::vector<std::int32_t> tokens;
+  std::vector<float> gaps;
+};
+
+replay direct_loop(int i, std::size_t n, const std::vector<std::int32_t>& forced = {}, kv_mode kv = {}) {
   const auto& m = model_once();
   cuda_model gpu(m.config, m.weights, 0);
   cuda_forward_options o;
@@ -90,41 +98,26 @@ std::vector<std::int32_t> direct(int i, int n, kv_mode kv = {}) {
   cuda_forward fwd(gpu, o);
   std::vector<float> logits(std::size_t(m.config.vocab_size));
   fwd.prefill(0, prompt_of(i), logits);
-  std::vector<std::int32_t> out;
+  replay r;
   const int one[1] = {0};
-  for (int k = 0; k < n; ++k) {
-    out.push_back(std::int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin()));
-    if (k + 1 < n) {
-      const std::int32_t tok[1] = {out.back()};
-      fwd.decode(one, tok, logits);
-    }
+  for (std::size_t k = 0; k < n; ++k) {
+    const auto top = std::max_element(logits.begin(), logits.end());
+    const std::int32_t tok = forced.empty() ? std::int32_t(top - logits.begin()) : forced[k];
+    r.tokens.push_back(tok);
+    r.gaps.push_back(*top - logits[std::size_t(tok)]);
+    const std::int32_t in[1] = {tok};
+    if (k + 1 < n) fwd.decode(one, in, logits);
   }
-  return out;
+  return r;
 }
 
-// Teacher-forces `tokens` through a direct batch-1 loop and returns, per
-// step, how far the chosen token's logit lies below the step's largest
-// (0 where it is the argmax). A batched decode sums in another order than
-// batch 1 (its attention splits differ), so where two logits nearly tie it
-// may pick the other one; an entry given another sequence's output would
-// lie far below.
-std::vector<float> margins(int i, const std::vector<std::int32_t>& tokens, kv_mode kv = {}) {
-  const auto& m = model_once();
-  cuda_model gpu(m.config, m.weights, 0);
-  cuda_forward_options o;
-  o.max_context = context;
-  o.kv = kv;
-  cuda_forward fwd(gpu, o);
-  std::vector<float> logits(std::size_t(m.config.vocab_size));
-  fwd.prefill(0, prompt_of(i), logits);
-  std::vector<float> out;
-  const int one[1] = {0};
-  for (std::size_t k = 0; k < tokens.size(); ++k) {
-    out.push_back(*std::max_element(logits.begin(), logits.end()) - logits[std::size_t(tokens[k])]);
-    const std::int32_t tok[1] = {tokens[k]};
-    if (k + 1 < tokens.size()) fwd.decode(one, tok, logits);
-  }
-  return out;
+std::vector<std::int32_t> direct(int i, int n) { return direct_loop(i, std::size_t(n)).tokens; }
+
+// A batched decode sums in another order than batch 1 (its attention splits
+// differ), so where two logits nearly tie it may pick the other one; an
+// entry given another sequence's output would lie far below the argmax.
+std::vector<float> margins(int i, const std::vector<std::int32_t>& tokens, kv_mode kv) {
+  return direct_loop(i, tokens.size(), tokens, kv).gaps;
 }
 
 struct outcome {

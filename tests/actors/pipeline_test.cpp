@@ -18,43 +18,17 @@
 #include "actors/pipeline.hpp"
 #include "actors/pipeline_error.hpp"
 #include "fake_compute.hpp"
+#include "fake_pipeline.hpp"
 
 namespace specpipe::testing {
 namespace {
 
 using namespace std::chrono_literals;
 
-pipeline_options fake_options() {
-  pipeline_options o;
-  o.max_context = 256;
-  o.block_tokens = 4;
-  o.max_sequences_per_worker = 4;
-  o.step_timeout = 10s;
-  o.detokenize = [](std::span<const std::int32_t> ids) {
-    std::string s;
-    for (auto t : ids) s += char('a' + t % 26);
-    return s;
-  };
-  o.make_picker = [](const sampling_params&) {
-    return [](std::span<const float> logits) {
-      return std::int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    };
-  };
-  return o;
-}
-
 std::vector<std::shared_ptr<step_compute>> fakes(int n, fake_compute::options o, std::shared_ptr<fake_counters> c) {
   std::vector<std::shared_ptr<step_compute>> v;
   for (int i = 0; i < n; ++i) v.push_back(std::make_shared<fake_compute>(o, c));
   return v;
-}
-
-generation_request request_of(std::vector<std::int32_t> prompt, int max_tokens) {
-  generation_request r;
-  r.prompt = std::move(prompt);
-  r.max_tokens = max_tokens;
-  r.sampling.temperature = 0;
-  return r;
 }
 
 struct outcome {

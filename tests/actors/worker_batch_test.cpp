@@ -18,6 +18,7 @@
 #include "actors/pipeline.hpp"
 #include "actors/pipeline_error.hpp"
 #include "fake_compute.hpp"
+#include "fake_pipeline.hpp"
 
 namespace specpipe::testing {
 namespace {
@@ -79,30 +80,12 @@ class batching_compute final : public step_compute {
 };
 
 pipeline_options options_of(const std::filesystem::path& trace = {}) {
-  pipeline_options o;
-  o.max_context = 256;
-  o.block_tokens = 4;
-  o.max_sequences_per_worker = 4;
-  o.step_timeout = 10s;
-  o.detokenize = [](std::span<const std::int32_t> ids) { return std::string(ids.size(), 'x'); };
-  o.make_picker = [](const sampling_params&) {
-    return [](std::span<const float> logits) {
-      return std::int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    };
-  };
+  pipeline_options o = fake_options();
   if (!trace.empty()) {
     o.trace = true;
     o.trace_file = trace;
   }
   return o;
-}
-
-generation_request request_of(std::int32_t first, int max_tokens) {
-  generation_request r;
-  r.prompt = {first};
-  r.max_tokens = max_tokens;
-  r.sampling.temperature = 0;
-  return r;
 }
 
 struct outcome {
@@ -115,7 +98,7 @@ std::vector<outcome> run_all(caf::actor_system& sys, const pipeline& p, int n, i
   caf::scoped_actor self{sys};
   for (int i = 0; i < n; ++i)
     self->send(caf::actor_cast<caf::actor>(p.scheduler()), generate_atom_v, std::uint64_t(i + 1),
-               request_of(std::int32_t(3 * i + 1), max_tokens), caf::actor{});
+               request_of({std::int32_t(3 * i + 1)}, max_tokens), caf::actor{});
   std::vector<outcome> out;
   int got = 0;
   self->receive_for(got, n)(
