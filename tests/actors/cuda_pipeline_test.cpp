@@ -14,10 +14,10 @@
 #include "actors/cuda_step_compute.hpp"
 #include "actors/pipeline.hpp"
 #include "actors/pipeline_error.hpp"
-#include "memory/allocator.hpp"
 #include "model/cuda_forward.hpp"
 #include "model/safetensors.hpp"
 #include "model/weights.hpp"
+#include "support/gpu_test.hpp"
 #include "support/test_paths.hpp"
 
 namespace specpipe::testing {
@@ -148,11 +148,9 @@ void wait_until_empty(pipeline& p, std::size_t worker) {
   EXPECT_EQ(p.usage_of(worker).cache_bytes, 0);
 }
 
-#define SKIP_WITHOUT_GPU() \
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device visible (or a build without CUDA)"
+class CudaPipeline : public test::gpu_test {};
 
-TEST(CudaPipeline, OneRequestDecodesWhatTheDirectLoopDecodes) {
-  SKIP_WITHOUT_GPU();
+TEST_F(CudaPipeline, OneRequestDecodesWhatTheDirectLoopDecodes) {
   const auto want = direct(0, 24);
   actor_runtime rt;
   pipeline p(rt.system(), {gpu_compute(1)}, options_of(1));
@@ -161,8 +159,7 @@ TEST(CudaPipeline, OneRequestDecodesWhatTheDirectLoopDecodes) {
   wait_until_empty(p, 0);
 }
 
-TEST(CudaPipeline, ConcurrentRequestsShareBatchedStepsAndDecodeWhatEachDoesAlone) {
-  SKIP_WITHOUT_GPU();
+TEST_F(CudaPipeline, ConcurrentRequestsShareBatchedStepsAndDecodeWhatEachDoesAlone) {
   constexpr int n = 4, tokens = 32;
   for (const char* mode : {"full", "kivi"}) {
     SCOPED_TRACE(mode);
@@ -190,8 +187,7 @@ TEST(CudaPipeline, ConcurrentRequestsShareBatchedStepsAndDecodeWhatEachDoesAlone
   }
 }
 
-TEST(CudaPipeline, AWorkerOutOfSlotsFailsThatRequestOnly) {
-  SKIP_WITHOUT_GPU();
+TEST_F(CudaPipeline, AWorkerOutOfSlotsFailsThatRequestOnly) {
   actor_runtime rt;
   // The scheduler may give the worker two sequences; its compute has one slot.
   pipeline p(rt.system(), {gpu_compute(1)}, options_of(2));
@@ -209,8 +205,7 @@ TEST(CudaPipeline, AWorkerOutOfSlotsFailsThatRequestOnly) {
   wait_until_empty(p, 0);
 }
 
-TEST(CudaPipeline, TwoGpuWorkersServeAtOnce) {
-  SKIP_WITHOUT_GPU();
+TEST_F(CudaPipeline, TwoGpuWorkersServeAtOnce) {
   const auto want0 = direct(0, 16), want1 = direct(1, 16);
   actor_runtime rt;
   pipeline p(rt.system(), {gpu_compute(1), gpu_compute(1)}, options_of(1));
@@ -223,7 +218,7 @@ TEST(CudaPipeline, TwoGpuWorkersServeAtOnce) {
   wait_until_empty(p, 1);
 }
 
-TEST(CudaPipeline, SpeCacheIsRefusedWithTheReason) {
+TEST(CudaStepCompute, SpeCacheIsRefusedWithTheReason) {
   kv_mode kv = parse_kv_mode("specache", 1, 64, 64);
   cuda_step_options o;
   o.max_context = context;

@@ -13,6 +13,7 @@
 
 #include "kernels/gather.hpp"
 #include "memory/allocator.hpp"
+#include "support/gpu_test.hpp"
 
 #ifdef SPECPIPE_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -21,16 +22,7 @@
 namespace specpipe::testing {
 namespace {
 
-class CudaGather : public ::testing::Test {
- protected:
-  void SetUp() override {
-#ifndef SPECPIPE_HAVE_CUDA
-    GTEST_SKIP() << "built without the CUDA backend (configure with -DSPECPIPE_CUDA=ON)";
-#else
-    if (!cuda_available()) GTEST_SKIP() << "no CUDA device visible";
-#endif
-  }
-};
+class CudaGather : public test::gpu_test {};
 
 // Random rows with everything the kernels must survive: first and last rows,
 // a duplicate, an ascending run longer than a warp's tile, a descending

@@ -13,6 +13,7 @@
 
 #include "memory/allocator.hpp"
 #include "memory/dtype.hpp"
+#include "support/gpu_test.hpp"
 
 #ifdef SPECPIPE_HAVE_CUDA
 #include "kernels/cuda/device.hpp"
@@ -20,15 +21,13 @@
 
 namespace specpipe::test {
 
-class cuda_test : public ::testing::Test {
+// gpu_test with a device allocator.
+class cuda_test : public gpu_test {
  protected:
   void SetUp() override {
-#ifndef SPECPIPE_HAVE_CUDA
-    GTEST_SKIP() << "built without the CUDA backend (-DSPECPIPE_CUDA=OFF)";
-#else
-    if (!cuda_available()) GTEST_SKIP() << "no CUDA device visible";
+    gpu_test::SetUp();
+    if (IsSkipped()) return;
     dev_ = make_device_allocator(0);
-#endif
   }
   std::unique_ptr<allocator> dev_;
 };

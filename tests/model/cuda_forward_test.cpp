@@ -14,6 +14,7 @@
 #include "memory/dtype.hpp"
 #include "model/config.hpp"
 #include "model/cuda_forward.hpp"
+#include "support/gpu_test.hpp"
 #include "support/random_weights.hpp"
 
 namespace specpipe {
@@ -123,16 +124,7 @@ double rel_error(const float* got, const std::vector<double>& ref) {
   return std::sqrt(num / den);
 }
 
-class cuda_forward_test : public ::testing::Test {
- protected:
-  void SetUp() override {
-#ifndef SPECPIPE_HAVE_CUDA
-    GTEST_SKIP() << "built without the CUDA backend (-DSPECPIPE_CUDA=OFF)";
-#else
-    if (!cuda_available()) GTEST_SKIP() << "no CUDA device visible";
-#endif
-  }
-};
+class cuda_forward_test : public test::gpu_test {};
 
 // The decode step under every GEMV v2 switch (kernels/cuda/NOTES.md,
 // version 3): defaults, v2's fused SwiGLU with 4 loads in flight, and v1's

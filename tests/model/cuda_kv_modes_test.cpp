@@ -34,6 +34,7 @@
 #include "model/hier_cache.hpp"
 #include "model/kv_mode.hpp"
 #include "model/model.hpp"
+#include "support/gpu_test.hpp"
 #include "support/random_weights.hpp"
 #include "support/test_paths.hpp"
 #include "support/test_util.hpp"
@@ -47,16 +48,7 @@ std::int32_t argmax(const std::vector<float>& v) {
   return std::int32_t(std::max_element(v.begin(), v.end()) - v.begin());
 }
 
-class cuda_kv_modes : public ::testing::Test {
- protected:
-  void SetUp() override {
-#ifndef SPECPIPE_HAVE_CUDA
-    GTEST_SKIP() << "built without the CUDA backend (-DSPECPIPE_CUDA=OFF)";
-#else
-    if (!cuda_available()) GTEST_SKIP() << "no CUDA device visible";
-#endif
-  }
-};
+class cuda_kv_modes : public test::gpu_test {};
 
 // CPU logits after the prompt and after each forced (or greedy) token.
 struct cpu_run {

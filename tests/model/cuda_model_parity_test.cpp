@@ -21,6 +21,7 @@
 #include "model/cuda_forward.hpp"
 #include "model/forward.hpp"
 #include "model/model.hpp"
+#include "support/gpu_test.hpp"
 #include "support/random_weights.hpp"
 #include "support/test_paths.hpp"
 #include "support/test_util.hpp"
@@ -37,16 +38,7 @@ std::int32_t argmax(const float* v, std::size_t n) {
   return std::int32_t(std::max_element(v, v + n) - v);
 }
 
-class cuda_model_parity : public ::testing::Test {
- protected:
-  void SetUp() override {
-#ifndef SPECPIPE_HAVE_CUDA
-    GTEST_SKIP() << "built without the CUDA backend (-DSPECPIPE_CUDA=OFF)";
-#else
-    if (!cuda_available()) GTEST_SKIP() << "no CUDA device visible";
-#endif
-  }
-};
+class cuda_model_parity : public test::gpu_test {};
 
 // The CPU's greedy continuation: logits after the prompt, then after each of
 // `steps` greedy tokens (steps + 1 rows), and those tokens.

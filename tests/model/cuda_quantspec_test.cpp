@@ -28,6 +28,7 @@
 #include "model/hier_cache.hpp"
 #include "model/kv_mode.hpp"
 #include "model/model.hpp"
+#include "support/gpu_test.hpp"
 #include "support/random_weights.hpp"
 #include "support/test_util.hpp"
 #include "support/test_paths.hpp"
@@ -37,16 +38,7 @@ namespace {
 
 using test::rel_error;
 
-class cuda_quantspec_test : public ::testing::Test {
- protected:
-  void SetUp() override {
-#ifndef SPECPIPE_HAVE_CUDA
-    GTEST_SKIP() << "built without the CUDA backend (-DSPECPIPE_CUDA=OFF)";
-#else
-    if (!cuda_available()) GTEST_SKIP() << "no CUDA device visible";
-#endif
-  }
-};
+class cuda_quantspec_test : public test::gpu_test {};
 
 // GQA 4 (two verify rows per attention block) or MHA (up to eight).
 model_config small_config(int heads, int kv_heads) {

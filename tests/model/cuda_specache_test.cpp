@@ -20,6 +20,7 @@
 #include "memory/allocator.hpp"
 #include "model/cuda_forward.hpp"
 #include "model/kv_mode.hpp"
+#include "support/gpu_test.hpp"
 #include "support/random_weights.hpp"
 #include "support/test_util.hpp"
 
@@ -30,16 +31,7 @@ using test::rel_error;
 
 std::int32_t argmax(const float* v, std::int64_t n) { return std::int32_t(std::max_element(v, v + n) - v); }
 
-class cuda_specache : public ::testing::Test {
- protected:
-  void SetUp() override {
-#ifndef SPECPIPE_HAVE_CUDA
-    GTEST_SKIP() << "built without the CUDA backend (-DSPECPIPE_CUDA=OFF)";
-#else
-    if (!cuda_available()) GTEST_SKIP() << "no CUDA device visible";
-#endif
-  }
-};
+class cuda_specache : public test::gpu_test {};
 
 kv_mode specache_mode(int topk, bool output) {
   kv_mode m = parse_kv_mode("specache", 1, 32, 16);  // G = 32, R = 16: a flush every 32 steps
