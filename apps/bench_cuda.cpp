@@ -468,6 +468,7 @@ bench_report run_cuda_bench(const bench_options& o) {
       // SpeCache: the host store, as long as --host-memory allows (positions
       // alias modulo a shorter store beyond that: the same rows' bytes move).
       fo.specache_fetch = true;
+      fo.specache_shared_blocks = o.specache_shared;
       const double per_token = double(cuda_forward::specache_host_bytes(c, fo)) / double(fo.max_context);
       fo.specache_store_tokens =
           std::max<std::int64_t>(1, std::min<std::int64_t>(fo.max_context, std::int64_t(o.host_memory_gib * gib / per_token)));
