@@ -203,7 +203,10 @@ __global__ void __launch_bounds__(threads, 4) packed_attention_kernel(packed_att
   bf16* q16_s = reinterpret_cast<bf16*>(smem + sh.off_q);        // [HEADS][D], SLIM
   // q_h,c * scale * log2 e in f32.
   auto qval = [&](int i) { return SLIM ? __bfloat162float(q16_s[i]) * qscale : q_s[i]; };
-  uint2* w_s = reinterpret_cast<uint2*>(smem + sh.off_w);  // [group][KM][HEADS][4][2]
+  // B operands of the scores as f16 pairs (channel 8 m + t low, + 4 high):
+  // each lane places them into its slot's halves at the MMA (two byte
+  // permutes, as the values' P'), so the zero halves are never stored.
+  unsigned* w_s = reinterpret_cast<unsigned*>(smem + sh.off_w);  // [group][KM][HEADS][4]
   float* base_s = reinterpret_cast<float*>(smem + sh.off_base);  // [group][CHUNKS][HEADS]
   float* p_s = reinterpret_cast<float*>(smem + sh.off_p) + warp * HEADS * ps_stride;  // [HEADS][32 (+pad)]
   float* alpha_s = reinterpret_cast<float*>(smem + sh.off_alpha) + warp * HEADS;
@@ -306,15 +309,13 @@ __global__ void __launch_bounds__(threads, 4) packed_attention_kernel(packed_att
           s1 *= 0.0625f;
           s2 *= 0.0625f;
         }
-        // B operands placed for both slots: [group][m][h][t][slot] = (b0, b1).
-        uint2* wf = w_s + ((gl * KM + m) * HEADS) * 8 + tt * 2;
+        // [group][m][h][t] = (w of channel c1, w of channel c2) as f16 halves.
+        unsigned* wf = w_s + ((gl * KM + m) * HEADS) * 4 + tt;
         float part[HEADS];
 #pragma unroll
         for (int h = 0; h < HEADS; ++h) {
           const float q1 = qval(h * D + c1), q2 = qval(h * D + c2);
-          const unsigned w1 = f16_bits(q1 * s1), w2 = f16_bits(q2 * s2);
-          wf[h * 8 + 0] = make_uint2(frag::place(std::uint16_t(w1), 0), frag::place(std::uint16_t(w2), 0));
-          wf[h * 8 + 1] = make_uint2(frag::place(std::uint16_t(w1), 1), frag::place(std::uint16_t(w2), 1));
+          wf[h * 4] = unsigned(f16_bits(q1 * s1)) | (unsigned(f16_bits(q2 * s2)) << 16);
           part[h] = q1 * z1 + q2 * z2;
         }
         // The zero terms of all heads in one butterfly (v2: one warp_sum per head).
@@ -337,7 +338,7 @@ __global__ void __launch_bounds__(threads, 4) packed_attention_kernel(packed_att
       if (packed) {
         const int gl = ws >> sh.log2_group;
         const unsigned char* kb = st + warp * 4 * B + 4 * frag::qword(B, g) + t * KCH;
-        const uint2* wf = w_s + ((gl * KM * HEADS + bh) * 4 + t) * 2 + bj;
+        const unsigned* wf = w_s + (gl * KM * HEADS + bh) * 4 + t;
         // Even and odd MMAs accumulate into separate registers: two dependent
         // chains of KM / 2 tensor-core ops instead of one of KM (v2), whose
         // latency the few warps per scheduler could not hide.
@@ -354,11 +355,12 @@ __global__ void __launch_bounds__(threads, 4) packed_attention_kernel(packed_att
               a_regs<B, false>(lds32(k1), lds32(k2), 0u, 0u, g, a0, a1, a2, a3);
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt) {
-              const uint2 b = wf[((m + mm) * HEADS + nt * 4) * 8];
+              const unsigned pair = wf[((m + mm) * HEADS + nt * 4) * 4];
+              const unsigned b0 = frag::byte_perm(pair, 0u, sel_lo), b1 = frag::byte_perm(pair, 0u, sel_hi);
               if (mm)
-                mma16816(s_odd[nt], a0, a1, a2, a3, b.x, b.y);
+                mma16816(s_odd[nt], a0, a1, a2, a3, b0, b1);
               else
-                mma16816(s[nt], a0, a1, a2, a3, b.x, b.y);
+                mma16816(s[nt], a0, a1, a2, a3, b0, b1);
             }
           }
         }
@@ -815,7 +817,7 @@ kernel_fn prepare(const packed_attention_args& a, launch_shape& sh) {
   sh.off_q = off;
   off += heads * d * (slim ? 2 : 4);
   sh.off_w = off;
-  off += tile_groups * km * heads * 4 * 2 * 8;
+  off += tile_groups * km * heads * 4 * 4;
   sh.off_base = off;
   off += round16(tile_groups * (d / 64) * heads * 4);
   sh.off_p = off;
