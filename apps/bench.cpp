@@ -183,7 +183,7 @@ int bench_main(int argc, char** argv) {
     ("gather-only", "with --kernels: only the sparse gather benchmarks (every path, row pattern and arena)")
     ("gemv-only", "with --kernels: only the 4-bit weight GEMV of QuantSpec's draft, each version, llama shapes")
     ("no-graphs", "launch decode kernels one by one instead of replaying a CUDA graph")
-    ("no-overlap", "launch the GEMVs normally instead of as programmatic dependents (PDL)")
+    ("no-overlap", "launch the GEMVs and the step's small kernels normally instead of as programmatic dependents (PDL)")
     ("actors", "time one greedy decode (64 + 64 tokens) through the actor pipeline against bare forward calls; "
      "needs --model (CPU or CUDA)")
     ("memory-only", "run nothing: KV bytes per token and per sequence of each --kv format against fp16")
@@ -209,8 +209,8 @@ int bench_main(int argc, char** argv) {
      "quantspec: tokens decoded per measurement (and by the ar baseline)")
     ("acceptance", po::value(&qso.assume_acceptance)->default_value(0.0),
      "quantspec: also report the speedup the measured costs give at this acceptance rate (0: off)")
-    ("fuse-swiglu", "decode: fuse the SwiGLU into the down GEMV's input load (GEMV v2)")
-    ("no-fuse-swiglu", "decode: a SwiGLU kernel, then the plain down GEMV (v1; the default)")
+    ("fuse-swiglu", "decode: the SwiGLU as the gate/up GEMV's epilogue (the default)")
+    ("no-fuse-swiglu", "decode: the plain gate/up GEMV, then a SwiGLU kernel")
     ("ksplit", "decode GEMVs may split k across the warps of a block (v2; the default)")
     ("no-ksplit", "decode GEMVs keep one warp per row pair over the whole of k (v1)")
     ("gemv-unroll", po::value<int>(), "decode GEMV loads per row in flight per lane: 2 (v1, the default) or 4 (v2)");

@@ -71,13 +71,15 @@ struct cuda_forward_options {
   std::int64_t prefill_chunk = 512;  // tokens per prefill forward
   int max_splits = 128;              // flash-decoding splits per sequence, at most
   bool use_graphs = true;            // replay decode steps as CUDA graphs
-  bool overlap_launch = true;        // GEMVs as programmatic dependent launches (sm_90 PDL)
-  // The decode-path choices of GEMV v2, each switchable so one run can time
-  // them against v1 (kernels/cuda/NOTES.md, version 3). fuse_swiglu: read
-  // silu(gate) * up inside the down GEMV instead of a SwiGLU kernel plus a
-  // plain GEMV; off by default, since every warp then recomputes the SwiGLU
-  // of the whole row (2048x the work at llama3-8b) at 2 blocks per SM.
-  bool fuse_swiglu = false;
+  // The GEMVs and the small kernels of the full-cache step (norms, RoPE,
+  // SwiGLU, decode attention and its combine) as programmatic dependent
+  // launches (sm_90 PDL): each launch overlaps the tail of the kernel before.
+  bool overlap_launch = true;
+  // The decode-path choices, each switchable so one run can time them
+  // (kernels/cuda/NOTES.md, versions 3 and 4). fuse_swiglu: the SwiGLU as
+  // the gate/up GEMV's epilogue (gemm_out::swiglu) instead of a kernel of
+  // its own; where cuBLAS runs the projection (m > 2) the kernel stays.
+  bool fuse_swiglu = true;
   bool gemv_k_split = true;  // warps of a block share a row pair over slices of k
   int gemv_unroll = kernels::cuda::gemv_default_unroll;  // loads per row in flight per lane: 2 or 4
   // Prefill attention on the tensor cores (cuBLAS, scores through a scratch

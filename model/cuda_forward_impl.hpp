@@ -346,10 +346,11 @@ struct cuda_forward::impl {
   // when the draft runs (the int4 GEMV, 8 rows per launch).
   void proj(const std::uint16_t* in, std::int64_t ldx, const buffer& wt, const cuda_int4& wq, void* out,
             std::int64_t ldy, kc::gemm_out type, bool acc, std::int64_t m, std::int64_t n, std::int64_t k);
-  // x += silu(g) * u Wdown^T. With fuse_swiglu, where the GEMV runs it, the
-  // SwiGLU is fused into its input load: one launch and one round trip of
-  // `act` less per layer, but each warp recomputes silu(g) * u for all of k.
-  void mlp_down(const cuda_layer& L, std::int64_t m);
+  // The MLP after its norm: x += (silu(xn Wg^T) * (xn Wu^T)) Wdown^T. With
+  // fuse_swiglu, where the GEMV runs the gate/up projection, the SwiGLU is
+  // that GEMV's epilogue (gemm_out::swiglu): one launch and the round trip
+  // of [m, 2 * inter] less per layer, the same bits.
+  void mlp(const cuda_layer& L, std::int64_t m);
 
   // The layers for m rows whose tokens/slots/positions/lens (and, quantized,
   // packed lengths and flushes) are on the device. prefill_slot >= 0: one

@@ -68,27 +68,22 @@ void cuda_forward::impl::proj(const std::uint16_t* in, std::int64_t ldx, const b
   }
 }
 
-// x += silu(g) * u Wdown^T. With fuse_swiglu, where the GEMV runs it, the
-// SwiGLU is fused into its input load: one launch and one round trip of
-// `act` less per layer, but each warp recomputes silu(g) * u for all of k.
-void cuda_forward::impl::mlp_down(const cuda_layer& L, std::int64_t m) {
+void cuda_forward::impl::mlp(const cuda_layer& L, std::int64_t m) {
   const std::int64_t h = c.hidden_size, inter = c.intermediate_size;
-  if (draft) {
-    kc::swiglu(gu.as<std::uint16_t>(), 2 * inter, act.as<std::uint16_t>(), inter, m, inter, st.get());
-    proj(act.as<std::uint16_t>(), inter, L.wdown, L.wdown_q, x.data(), h, kc::gemm_out::f32, true, m, h, inter);
-    return;
-  }
-  const auto plain = gemm_args(act.as<std::uint16_t>(), inter, L.wdown.as<std::uint16_t>(), x.data(), h,
-                               kc::gemm_out::f32, true, m, h, inter);
-  auto fused = gemm_args(gu.as<std::uint16_t>(), 2 * inter, L.wdown.as<std::uint16_t>(), x.data(), h, kc::gemm_out::f32,
-                         true, m, h, inter);
-  fused.in = kc::gemm_in::swiglu;
-  if (opt.fuse_swiglu && kc::gemm_resolve(plain, opt.gemm) == kc::gemm_impl::gemv && kc::gemv_supported(fused)) {
+  auto fused = gemm_args(xn.as<std::uint16_t>(), h, L.wgu.as<std::uint16_t>(), act.data(), inter,
+                         kc::gemm_out::swiglu, false, m, 2 * inter, h);
+  auto plain = fused;
+  plain.out = kc::gemm_out::bf16;
+  if (!draft && opt.fuse_swiglu && kc::gemm_resolve(plain, opt.gemm) == kc::gemm_impl::gemv &&
+      kc::gemv_supported(fused)) {
     kc::gemv(fused, st.get());
-    return;
+  } else {
+    proj(xn.as<std::uint16_t>(), h, L.wgu, L.wgu_q, gu.data(), 2 * inter, kc::gemm_out::bf16, false, m, 2 * inter,
+         h);
+    kc::swiglu(gu.as<std::uint16_t>(), 2 * inter, act.as<std::uint16_t>(), inter, m, inter, st.get(),
+               opt.overlap_launch);
   }
-  kc::swiglu(gu.as<std::uint16_t>(), 2 * inter, act.as<std::uint16_t>(), inter, m, inter, st.get());
-  kc::gemm(blas.get(), plain, st.get(), opt.gemm);
+  proj(act.as<std::uint16_t>(), inter, L.wdown, L.wdown_q, x.data(), h, kc::gemm_out::f32, true, m, h, inter);
 }
 
 // The layers for m rows whose tokens/slots/positions/lens (and, quantized,
@@ -98,7 +93,7 @@ void cuda_forward::impl::mlp_down(const cuda_layer& L, std::int64_t m) {
 // decode rows (flash-decoding, or the packed attention). Logits for the
 // last `logit_rows` rows.
 void cuda_forward::impl::layers(std::int64_t m, int prefill_slot, std::int64_t pos0, std::int64_t logit_rows) {
-  const std::int64_t h = c.hidden_size, q = c.q_dim(), inter = c.intermediate_size;
+  const std::int64_t h = c.hidden_size, q = c.q_dim();
   const float eps = float(c.rms_norm_eps);
   const float scale = 1.f / std::sqrt(float(c.head_dim));
   const bool staged = quant && prefill_slot >= 0;
@@ -107,7 +102,8 @@ void cuda_forward::impl::layers(std::int64_t m, int prefill_slot, std::int64_t p
     const auto& L = w.layers[li];
     const int l = int(li);
     spec_mark(l, 0, st.get());  // SpeCache's timeline (no-op otherwise)
-    kc::rmsnorm(x.as<float>(), h, nullptr, 0, L.attn_norm.as<float>(), xn.as<std::uint16_t>(), h, m, h, eps, st.get());
+    kc::rmsnorm(x.as<float>(), h, nullptr, 0, L.attn_norm.as<float>(), xn.as<std::uint16_t>(), h, m, h, eps, st.get(),
+                opt.overlap_launch);
     proj(xn.as<std::uint16_t>(), h, L.wqkv, L.wqkv_q, qkv.data(), qkv_dim(), kc::gemm_out::bf16, false, m, qkv_dim(),
          h);
     if (quant && !staged)  // the window's oldest groups, when due, before the append
@@ -136,6 +132,7 @@ void cuda_forward::impl::layers(std::int64_t m, int prefill_slot, std::int64_t p
     ra.n_heads = int(c.num_attention_heads);
     ra.n_kv_heads = int(c.num_key_value_heads);
     ra.head_dim = int(c.head_dim);
+    ra.dependent = opt.overlap_launch;
     kc::rope_append(ra, st.get());
     if (store_entries > 0) spec_store(l);  // SpeCache: the new rows to the host store
     if (prefill_slot >= 0) {
@@ -183,12 +180,13 @@ void cuda_forward::impl::layers(std::int64_t m, int prefill_slot, std::int64_t p
       da.splits = kc::decode_attention_splits(int(m), int(c.num_key_value_heads), opt.max_context, props.sm_count,
                                               opt.max_splits, attention_blocks_per_sm);
       da.scale = scale;
+      da.dependent = opt.overlap_launch;
       kc::decode_attention(da, st.get());
     }
     proj(attn.as<std::uint16_t>(), q, L.wo, L.wo_q, x.data(), h, kc::gemm_out::f32, true, m, h, q);
-    kc::rmsnorm(x.as<float>(), h, nullptr, 0, L.mlp_norm.as<float>(), xn.as<std::uint16_t>(), h, m, h, eps, st.get());
-    proj(xn.as<std::uint16_t>(), h, L.wgu, L.wgu_q, gu.data(), 2 * inter, kc::gemm_out::bf16, false, m, 2 * inter, h);
-    mlp_down(L, m);
+    kc::rmsnorm(x.as<float>(), h, nullptr, 0, L.mlp_norm.as<float>(), xn.as<std::uint16_t>(), h, m, h, eps, st.get(),
+                opt.overlap_launch);
+    mlp(L, m);
     spec_mark(l, 1, st.get());
   }
   if (logit_rows == 0) return;  // an inner prefill chunk: no logits

@@ -4,6 +4,7 @@
 
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/elementwise.hpp"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/vec.cuh"
 
 namespace specpipe::kernels::cuda {
@@ -15,6 +16,8 @@ __device__ __forceinline__ float silu(float x) { return x / (1.f + __expf(-x)); 
 
 __global__ void swiglu_vec_kernel(const bf16* gu, std::int64_t ld_gu, bf16* out, std::int64_t ld_out,
                                   std::int64_t inter) {
+  detail::grid_dependency_wait();
+  detail::allow_dependent_launch();
   const std::int64_t r = blockIdx.y;
   const std::int64_t c = (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * 8;
   if (c >= inter) return;
@@ -30,6 +33,8 @@ __global__ void swiglu_vec_kernel(const bf16* gu, std::int64_t ld_gu, bf16* out,
 
 __global__ void swiglu_scalar_kernel(const bf16* gu, std::int64_t ld_gu, bf16* out,
                                      std::int64_t ld_out, std::int64_t inter) {
+  detail::grid_dependency_wait();
+  detail::allow_dependent_launch();
   const std::int64_t r = blockIdx.y;
   const std::int64_t c = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= inter) return;
@@ -41,7 +46,7 @@ __global__ void swiglu_scalar_kernel(const bf16* gu, std::int64_t ld_gu, bf16* o
 }  // namespace
 
 void swiglu(const std::uint16_t* gu, std::int64_t ld_gu, std::uint16_t* out, std::int64_t ld_out,
-            std::int64_t rows, std::int64_t inter, stream_t s) {
+            std::int64_t rows, std::int64_t inter, stream_t s, bool dependent) {
   if (rows <= 0 || inter <= 0) return;
   const auto* g = reinterpret_cast<const bf16*>(gu);
   auto* o = reinterpret_cast<bf16*>(out);
@@ -51,10 +56,12 @@ void swiglu(const std::uint16_t* gu, std::int64_t ld_gu, std::uint16_t* out, std
   constexpr unsigned threads = 256;
   if (vec) {
     const dim3 grid(unsigned((inter / 8 + threads - 1) / threads), unsigned(rows));
-    swiglu_vec_kernel<<<grid, threads, 0, as_stream(s)>>>(g, ld_gu, o, ld_out, inter);
+    detail::launch_kernel(swiglu_vec_kernel, grid, dim3(threads), 0, as_stream(s), dependent, g, ld_gu, o, ld_out,
+                          inter);
   } else {
     const dim3 grid(unsigned((inter + threads - 1) / threads), unsigned(rows));
-    swiglu_scalar_kernel<<<grid, threads, 0, as_stream(s)>>>(g, ld_gu, o, ld_out, inter);
+    detail::launch_kernel(swiglu_scalar_kernel, grid, dim3(threads), 0, as_stream(s), dependent, g, ld_gu, o,
+                          ld_out, inter);
   }
   CUDA_CHECK_LAUNCH();
 }

@@ -30,6 +30,9 @@ struct decode_attention_args {
   int batch = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0;
   int splits = 1;  // per sequence, <= the max_splits the scratch was sized for
   float scale = 0;  // usually 1/sqrt(head_dim)
+  // Both kernels (splits, combine) as programmatic dependent launches
+  // (kernels/cuda/launch.cuh): same results, launch latency hidden.
+  bool dependent = false;
 };
 
 std::size_t decode_attention_scratch_floats(int batch, int n_heads, int head_dim, int max_splits);

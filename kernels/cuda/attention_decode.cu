@@ -22,6 +22,7 @@
 #include "kernels/cuda/async_copy.cuh"
 #include "kernels/cuda/attention.hpp"
 #include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/split_merge.cuh"
 #include "kernels/cuda/vec.cuh"
 
@@ -72,6 +73,9 @@ __global__ void __launch_bounds__(threads)
   float* head_alpha = head_m + G;
   float* head_l = head_alpha + G;
 
+  // As a dependent launch: q (and the cache row) come from the RoPE kernel,
+  // and the partials below are what the previous layer's combine read.
+  detail::grid_dependency_wait();
   const int split = blockIdx.x, kh = blockIdx.y, b = blockIdx.z;
   const int t = threadIdx.x;
   const std::int64_t len = a.lens[b];
@@ -255,14 +259,17 @@ __global__ void __launch_bounds__(threads)
   }
 }
 
+// One block of D threads per (head, sequence): the staged split merge.
 template <int D>
 __global__ void decode_combine_kernel(decode_attention_args a) {
+  extern __shared__ float wt_s[];  // [splits]
+  detail::grid_dependency_wait();
   detail::allow_dependent_launch();  // the o_proj GEMV may start streaming W
   const int h = blockIdx.x, b = blockIdx.y, d = threadIdx.x;
   const std::int64_t bh = std::int64_t(b) * a.n_heads + h;
-  const auto [m, num, den] = detail::merge_splits<D>(
+  const auto [m, num, den] = detail::merge_splits_staged<D>(
       a.partial + bh * a.splits * D,
-      a.partial + std::int64_t(a.batch) * a.n_heads * a.splits * D + bh * a.splits * 2, a.splits, d);
+      a.partial + std::int64_t(a.batch) * a.n_heads * a.splits * D + bh * a.splits * 2, a.splits, d, wt_s);
   reinterpret_cast<bf16*>(a.out)[std::int64_t(b) * a.ld_out + std::int64_t(h) * D + d] =
       __float2bfloat16(num / den);
 }
@@ -277,9 +284,10 @@ void launch(const decode_attention_args& a, cudaStream_t s) {
   }();
   (void)configured;
   const dim3 grid(unsigned(a.splits), unsigned(a.n_kv_heads), unsigned(a.batch));
-  decode_attention_kernel<D, G><<<grid, threads, L::smem, s>>>(a);
+  detail::launch_kernel(decode_attention_kernel<D, G>, grid, dim3(threads), L::smem, s, a.dependent, a);
   CUDA_CHECK_LAUNCH();
-  decode_combine_kernel<D><<<dim3(unsigned(a.n_heads), unsigned(a.batch)), D, 0, s>>>(a);
+  detail::launch_kernel(decode_combine_kernel<D>, dim3(unsigned(a.n_heads), unsigned(a.batch)), dim3(D),
+                        std::size_t(a.splits) * sizeof(float), s, a.dependent, a);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -3,6 +3,9 @@
 // bf16 tensors are passed as std::uint16_t bit patterns; all math is f32.
 // Pure functions: raw device pointers, sizes, strides (in elements) and a
 // stream; nothing allocates. Throw cuda_error on a failed launch.
+// `dependent`: launch as a programmatic dependent (PDL, sm_90) of the kernel
+// before it on the stream, so that its launch overlaps that kernel's tail
+// (kernels/cuda/launch.cuh); the result is the same either way.
 #include <cstdint>
 
 #include "kernels/cuda/cuda_error.hpp"
@@ -16,7 +19,7 @@ namespace specpipe::kernels::cuda {
 // ld_delta (nullable); weight f32 [hidden]; out bf16 [rows, hidden] stride ld_out.
 void rmsnorm(float* residual, std::int64_t ld_res, const std::uint16_t* delta, std::int64_t ld_delta,
              const float* weight, std::uint16_t* out, std::int64_t ld_out, std::int64_t rows,
-             std::int64_t hidden, float eps, stream_t s);
+             std::int64_t hidden, float eps, stream_t s, bool dependent = false);
 
 // RoPE (HF rotate-half) on q and k, and the KV-cache append, in one pass over
 // the fused QKV projection output. For token t, row qkv[t] = [q | k | v] with
@@ -39,13 +42,14 @@ struct rope_append_args {
   std::int64_t tokens = 0;
   int n_heads = 0, n_kv_heads = 0, head_dim = 0;
   std::int64_t ring = 0;  // 0: row = position
+  bool dependent = false;  // a programmatic dependent launch (see above)
 };
 void rope_append(const rope_append_args& a, stream_t s);
 
 // SwiGLU over a fused [gate | up] projection: out[r][i] = silu(gu[r][i]) * gu[r][inter + i],
 // silu(x) = x / (1 + e^-x). gu [rows, 2*inter] stride ld_gu; out [rows, inter] stride ld_out.
 void swiglu(const std::uint16_t* gu, std::int64_t ld_gu, std::uint16_t* out, std::int64_t ld_out,
-            std::int64_t rows, std::int64_t inter, stream_t s);
+            std::int64_t rows, std::int64_t inter, stream_t s, bool dependent = false);
 
 // out[t] = f32(embed[tokens[t]]); ids outside [0, vocab) give NaN rows so that
 // a bad id cannot pass silently (callers validate ids on the host first).

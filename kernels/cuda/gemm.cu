@@ -35,30 +35,22 @@ using detail::allow_dependent_launch;
 using detail::grid_dependency_wait;
 
 // Eight consecutive inputs of row i at column c, as f32.
-template <bool Glu>
-__device__ __forceinline__ void load_x8(const bf16* __restrict__ x, std::int64_t ldx, std::int64_t k, int i,
-                                        std::int64_t c, float (&xf)[8]) {
-  if constexpr (Glu) {
-    // silu(g) * u with silu(g) = g / (1 + e^-g), as kernels/cuda/activation.cu.
-    float g[8], u[8];
-    detail::bf16x8_to_f32(__ldg(reinterpret_cast<const uint4*>(x + i * ldx + c)), g);
-    detail::bf16x8_to_f32(__ldg(reinterpret_cast<const uint4*>(x + i * ldx + k + c)), u);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) xf[e] = g[e] / (1.f + __expf(-g[e])) * u[e];
-  } else {
-    detail::bf16x8_to_f32(__ldg(reinterpret_cast<const uint4*>(x + i * ldx + c)), xf);
-  }
+__device__ __forceinline__ void load_x8(const bf16* __restrict__ x, std::int64_t ldx, int i, std::int64_t c,
+                                        float (&xf)[8]) {
+  detail::bf16x8_to_f32(__ldg(reinterpret_cast<const uint4*>(x + i * ldx + c)), xf);
 }
+
+// The output kinds as a template parameter.
+enum : int { out_bf16 = 0, out_f32 = 1, out_swiglu = 2 };
 
 // Block: gemv_warps / ks row pairs; warp w serves pair w / ks over slice
 // w % ks of k (slices of kslice elements, a multiple of gemv_step). U: loads
-// per row in flight per lane.
+// per row in flight per lane. Pair p is rows 2p and 2p + 1, or for the
+// SwiGLU output gate row p and up row p + n / 2.
 // ptxas (sm_90, CUDA 13), registers at M = 1 / 2 and the blocks per SM they
-// allow: U = 4: 60 / 76 (4 / 3), 93 / 98 with the fused SwiGLU input (2 / 2);
-// U = 2: 40 / 60 (6 / 4), 76 / 80 fused (3 / 3). Capping the fused U = 4
-// variant at 64 spilled ~300 bytes, so none is capped (NOTES.md, GEMV v2 and
-// version 3).
-template <int M, bool OutF32, bool Glu, int U>
+// allow: U = 4: 60 / 76 (4 / 3); U = 2: 40 / 60 (6 / 4) (NOTES.md, GEMV v2
+// and version 3).
+template <int M, int Out, int U>
 __global__ void __launch_bounds__(gemv_threads)
     gemv_kernel(const bf16* __restrict__ x, std::int64_t ldx, const bf16* __restrict__ w,
                 std::int64_t ldw, void* __restrict__ y, std::int64_t ldy, bool accumulate, int m,
@@ -69,13 +61,17 @@ __global__ void __launch_bounds__(gemv_threads)
   const int lane = threadIdx.x & 31;
   const int pairs = gemv_warps / ks;
   const int pair = warp / ks, slice = warp - pair * ks;
-  const std::int64_t row0 = (std::int64_t(blockIdx.x) * pairs + pair) * R;
+  const std::int64_t p = std::int64_t(blockIdx.x) * pairs + pair;
   const std::int64_t s_begin = std::int64_t(slice) * kslice;
   const std::int64_t s_end = s_begin + kslice < k ? s_begin + kslice : k;
 
   const bf16* wr[R];
 #pragma unroll
-  for (int r = 0; r < R; ++r) wr[r] = w + (row0 + r < n ? row0 + r : n - 1) * ldw;  // in bounds; unused rows masked
+  for (int r = 0; r < R; ++r) {
+    const std::int64_t row = Out == out_swiglu ? p + r * (n / 2) : p * R + r;
+    const bool valid = Out == out_swiglu ? p < n / 2 : row < n;
+    wr[r] = w + (valid ? row : n - 1) * ldw;  // in bounds; unused rows masked
+  }
 
   float acc[R][M];
 #pragma unroll
@@ -115,7 +111,7 @@ __global__ void __launch_bounds__(gemv_threads)
       for (int i = 0; i < M; ++i) {
         if (i >= m) break;
         float xf[8];
-        load_x8<Glu>(x, ldx, k, i, cu, xf);
+        load_x8(x, ldx, i, cu, xf);
 #pragma unroll
         for (int r = 0; r < R; ++r)
 #pragma unroll
@@ -136,13 +132,29 @@ __global__ void __launch_bounds__(gemv_threads)
   __syncthreads();
   // Slices summed in a fixed order: the result does not depend on timing.
   const int t = threadIdx.x;
-  if (t < pairs * R * M) {
-    const int p = t / (R * M), r = (t / M) % R, i = t % M;
-    const std::int64_t row = (std::int64_t(blockIdx.x) * pairs + p) * R + r;
+  if constexpr (Out == out_swiglu) {
+    if (t < pairs * M) {
+      const int bp = t / M, i = t % M;
+      const std::int64_t row = std::int64_t(blockIdx.x) * pairs + bp;
+      if (i < m && row < n / 2) {
+        float g = 0.f, u = 0.f;
+        for (int s = 0; s < ks; ++s) {
+          g += red[bp * ks + s][0][i];
+          u += red[bp * ks + s][1][i];
+        }
+        // As the bf16 projection and kernels/cuda/activation.cu's SwiGLU.
+        g = __bfloat162float(__float2bfloat16(g));
+        u = __bfloat162float(__float2bfloat16(u));
+        static_cast<bf16*>(y)[i * ldy + row] = __float2bfloat16(g / (1.f + __expf(-g)) * u);
+      }
+    }
+  } else if (t < pairs * R * M) {
+    const int bp = t / (R * M), r = (t / M) % R, i = t % M;
+    const std::int64_t row = (std::int64_t(blockIdx.x) * pairs + bp) * R + r;
     if (i < m && row < n) {
       float v = 0.f;
-      for (int s = 0; s < ks; ++s) v += red[p * ks + s][r][i];
-      if constexpr (OutF32) {
+      for (int s = 0; s < ks; ++s) v += red[bp * ks + s][r][i];
+      if constexpr (Out == out_f32) {
         float* yp = static_cast<float*>(y) + i * ldy + row;
         *yp = accumulate ? *yp + v : v;
       } else {
@@ -152,7 +164,7 @@ __global__ void __launch_bounds__(gemv_threads)
   }
 }
 
-template <int M, bool OutF32, bool Glu, int U>
+template <int M, int Out, int U>
 int resident_blocks() {
   // Per instantiation and process: the device does not change under a
   // running forward pass, and this keeps the occupancy query out of the
@@ -161,21 +173,21 @@ int resident_blocks() {
     int dev = 0, sms = 0, per_sm = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_kernel<M, OutF32, Glu, U>, gemv_threads,
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_kernel<M, Out, U>, gemv_threads,
                                                              0));
     return sms * (per_sm > 0 ? per_sm : 1);
   }();
   return blocks;
 }
 
-template <int M, bool OutF32, bool Glu, int U>
+template <int M, int Out, int U>
 int k_split_of(const gemm_args& a) {
-  return a.k_split ? gemv_k_split(a.n, a.k, resident_blocks<M, OutF32, Glu, U>()) : 1;
+  return a.k_split ? gemv_k_split(a.n, a.k, resident_blocks<M, Out, U>()) : 1;
 }
 
-template <int M, bool OutF32, bool Glu, int U>
+template <int M, int Out, int U>
 void launch_gemv_t(const gemm_args& a, cudaStream_t s) {
-  const int ks = k_split_of<M, OutF32, Glu, U>(a);
+  const int ks = k_split_of<M, Out, U>(a);
   const std::int64_t rows_per_block = std::int64_t(gemv_warps / ks) * gemv_rows_per_warp;
   const std::int64_t kslice = ((a.k + ks - 1) / ks + gemv_step - 1) / gemv_step * gemv_step;
   cudaLaunchConfig_t cfg{};
@@ -188,7 +200,7 @@ void launch_gemv_t(const gemm_args& a, cudaStream_t s) {
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = a.overlap_launch ? 1 : 0;
-  CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_kernel<M, OutF32, Glu, U>, reinterpret_cast<const bf16*>(a.x), a.ldx,
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_kernel<M, Out, U>, reinterpret_cast<const bf16*>(a.x), a.ldx,
                                 reinterpret_cast<const bf16*>(a.w), a.ldw, a.y, a.ldy, a.accumulate, int(a.m), a.n,
                                 a.k, ks, kslice));
   CUDA_CHECK_LAUNCH();
@@ -198,37 +210,41 @@ void launch_gemv_t(const gemm_args& a, cudaStream_t s) {
 // its k-split or occupancy (so the benchmark prints what really ran).
 enum class gemv_op : std::uint8_t { launch, k_split, resident };
 
-template <int M, bool OutF32, bool Glu, int U>
+template <int M, int Out, int U>
 int gemv_do_t(gemv_op op, const gemm_args& a, cudaStream_t s) {
   switch (op) {
-    case gemv_op::launch: launch_gemv_t<M, OutF32, Glu, U>(a, s); return 0;
-    case gemv_op::k_split: return k_split_of<M, OutF32, Glu, U>(a);
-    case gemv_op::resident: return resident_blocks<M, OutF32, Glu, U>();
+    case gemv_op::launch: launch_gemv_t<M, Out, U>(a, s); return 0;
+    case gemv_op::k_split: return k_split_of<M, Out, U>(a);
+    case gemv_op::resident: return resident_blocks<M, Out, U>();
   }
   return 0;
 }
 
-template <bool OutF32, bool Glu, int U>
+template <int Out, int U>
 int gemv_do_m(gemv_op op, const gemm_args& a, cudaStream_t s) {
   // M is the register-tile height: 1, 2, 4 or 8 rows of x (m rounded up).
-  if (a.m <= 1) return gemv_do_t<1, OutF32, Glu, U>(op, a, s);
-  if (a.m <= 2) return gemv_do_t<2, OutF32, Glu, U>(op, a, s);
-  if (a.m <= 4) return gemv_do_t<4, OutF32, Glu, U>(op, a, s);
-  return gemv_do_t<8, OutF32, Glu, U>(op, a, s);
+  if (a.m <= 1) return gemv_do_t<1, Out, U>(op, a, s);
+  if (a.m <= 2) return gemv_do_t<2, Out, U>(op, a, s);
+  if (a.m <= 4) return gemv_do_t<4, Out, U>(op, a, s);
+  return gemv_do_t<8, Out, U>(op, a, s);
 }
 
-template <bool OutF32, bool Glu>
+template <int Out>
 int gemv_do_u(gemv_op op, const gemm_args& a, cudaStream_t s) {
-  return a.unroll == 2 ? gemv_do_m<OutF32, Glu, 2>(op, a, s) : gemv_do_m<OutF32, Glu, 4>(op, a, s);
+  return a.unroll == 2 ? gemv_do_m<Out, 2>(op, a, s) : gemv_do_m<Out, 4>(op, a, s);
 }
 
 void check_args(const gemm_args& a) {
-  const std::int64_t xcols = a.in == gemm_in::swiglu ? 2 * a.k : a.k;
-  if (a.m < 0 || a.n <= 0 || a.k <= 0 || a.ldx < xcols || a.ldw < a.k || a.ldy < a.n)
-    throw std::invalid_argument("gemm: bad shape m=" + std::to_string(a.m) + " n=" +
-                                std::to_string(a.n) + " k=" + std::to_string(a.k) + " ldx=" +
-                                std::to_string(a.ldx) + " (x has " + std::to_string(xcols) +
-                                " columns) ldw=" + std::to_string(a.ldw) + " ldy=" + std::to_string(a.ldy));
+  const bool glu = a.out == gemm_out::swiglu;
+  const std::int64_t ycols = glu ? a.n / 2 : a.n;
+  if (a.m < 0 || a.n <= 0 || a.k <= 0 || a.ldx < a.k || a.ldw < a.k || a.ldy < ycols)
+    throw std::invalid_argument("gemm: bad shape m=" + std::to_string(a.m) + " n=" + std::to_string(a.n) +
+                                " k=" + std::to_string(a.k) + " ldx=" + std::to_string(a.ldx) +
+                                " ldw=" + std::to_string(a.ldw) + " ldy=" + std::to_string(a.ldy) + " (y has " +
+                                std::to_string(ycols) + " columns)");
+  if (glu && a.n % 2 != 0)
+    throw std::invalid_argument("gemm: the SwiGLU output needs [gate; up] rows (n even), got n=" +
+                                std::to_string(a.n));
   if (a.accumulate && a.out != gemm_out::f32)
     throw std::invalid_argument("gemm: accumulate needs an f32 output");
 }
@@ -257,14 +273,14 @@ bool gemv_supported(const gemm_args& a) {
 
 gemm_impl gemm_resolve(const gemm_args& a, gemm_impl impl) {
   if (impl != gemm_impl::automatic) return impl;
-  if (a.in == gemm_in::swiglu) return gemm_impl::gemv;  // only the GEMV reads a fused input
+  if (a.out == gemm_out::swiglu) return gemm_impl::gemv;  // only the GEMV writes the SwiGLU
   return gemv_preferred(a.m) && gemv_supported(a) ? gemm_impl::gemv : gemm_impl::cublas;
 }
 
 void gemm_cublas(blas_handle_t h, const gemm_args& a, stream_t s) {
   check_args(a);
-  if (a.in != gemm_in::plain)
-    throw std::invalid_argument("gemm_cublas: the SwiGLU input is fused into the GEMV only; run swiglu first");
+  if (a.out == gemm_out::swiglu)
+    throw std::invalid_argument("gemm_cublas: the SwiGLU output is fused into the GEMV only; run swiglu after");
   if (a.m == 0) return;
   const cublasHandle_t handle = as_blas(h);
   CUBLAS_CHECK(cublasSetStream(handle, as_stream(s)));
@@ -290,9 +306,12 @@ int gemv_dispatch(gemv_op op, const gemm_args& a, cudaStream_t s) {
   if (a.unroll != 2 && a.unroll != 4)
     throw std::invalid_argument("gemv: unroll (loads per row in flight per lane) must be 2 or 4, got " +
                                 std::to_string(a.unroll));
-  const bool glu = a.in == gemm_in::swiglu;
-  if (a.out == gemm_out::f32) return glu ? gemv_do_u<true, true>(op, a, s) : gemv_do_u<true, false>(op, a, s);
-  return glu ? gemv_do_u<false, true>(op, a, s) : gemv_do_u<false, false>(op, a, s);
+  switch (a.out) {
+    case gemm_out::f32: return gemv_do_u<out_f32>(op, a, s);
+    case gemm_out::swiglu: return gemv_do_u<out_swiglu>(op, a, s);
+    case gemm_out::bf16: break;
+  }
+  return gemv_do_u<out_bf16>(op, a, s);
 }
 }  // namespace
 

@@ -9,12 +9,12 @@
 
 namespace specpipe::kernels::cuda {
 
-enum class gemm_out : std::uint8_t { bf16, f32 };
-
-// What x holds. swiglu: x is the fused [gate | up] projection [m, 2k] (row
-// stride ldx) and the product uses silu(gate) * up as its input row, so the
-// SwiGLU never goes through device memory (GEMV only).
-enum class gemm_in : std::uint8_t { plain, swiglu };
+// swiglu (GEMV only): W = [Wg; Wu] stacked (n = 2 * inter rows) and y is
+// [m, inter] bf16 = silu(g) * u, g and u the two halves of x W^T each rounded
+// to bf16 first: bit for bit what the bf16 projection followed by the SwiGLU
+// kernel writes, without the kernel and the round trip of [m, 2 * inter]. A
+// warp reads gate row r and up row r + inter, so nothing is recomputed.
+enum class gemm_out : std::uint8_t { bf16, f32, swiglu };
 
 // v1's depth (kernels/cuda/NOTES.md, version 3: v2's 4 was measured no
 // faster on the whole-row shapes and costs a third of the resident warps).
@@ -28,7 +28,6 @@ struct gemm_args {
   void* y = nullptr;
   std::int64_t ldy = 0;
   gemm_out out = gemm_out::bf16;
-  gemm_in in = gemm_in::plain;
   bool accumulate = false;
   // GEMV only: launch as a programmatic dependent (CUDA PDL) of the previous
   // kernel on the stream, so that its blocks start streaming W (which no
@@ -73,7 +72,7 @@ bool gemv_supported(const gemm_args& a);
 gemm_impl gemm_resolve(const gemm_args& a, gemm_impl impl);
 
 // cuBLAS (cublasGemmEx, bf16 tensor cores with CUBLAS_COMPUTE_32F). Sets the
-// handle's stream to s. Throws for gemm_in::swiglu.
+// handle's stream to s. Throws for gemm_out::swiglu.
 void gemm_cublas(blas_handle_t h, const gemm_args& a, stream_t s);
 // The bandwidth-bound decode GEMV: each warp streams two rows of W (over a
 // slice of k when the rows alone cannot fill the machine) with 16-byte loads

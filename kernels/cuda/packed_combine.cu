@@ -45,51 +45,17 @@ __global__ void packed_combine_kernel(packed_attention_args a) {
   write_merged<D>(a, e, h, d, bh, m, num, den);
 }
 
-// The same merge with the split weights computed once per block: the
-// threads take the splits in parallel (max, then weight w_s = 2^(m_s - m) l_s
-// into shared memory, and their sum), then each output element loads its
-// splits' partials unconditionally (a select drops empty splits, whose
-// partials were never written), so the loads of several splits are in flight
-// at once instead of v2's branch per split.
+// The same merge with the split weights computed once per block
+// (detail::merge_splits_staged).
 template <int D>
 __global__ void packed_combine_staged_kernel(packed_attention_args a) {
   detail::allow_dependent_launch();
   extern __shared__ float wt_s[];  // [splits]
-  __shared__ float red_s[D / 32];
-  const int h = blockIdx.x, e = blockIdx.y, d = threadIdx.x, lane = d & 31, warp = d >> 5;
+  const int h = blockIdx.x, e = blockIdx.y, d = threadIdx.x;
   const std::int64_t bh = std::int64_t(e) * a.n_heads + h;
-  const float* part_o = a.partial + bh * a.splits * D;
-  const float* ml = a.partial + std::int64_t(a.entries) * a.n_heads * a.splits * D + bh * a.splits * 2;
-  float m = -INFINITY;
-  for (int s = d; s < a.splits; s += D)
-    if (ml[2 * s + 1] > 0.f) m = fmaxf(m, ml[2 * s]);
-  m = detail::warp_max(m);
-  if (lane == 0) red_s[warp] = m;
-  __syncthreads();
-  m = red_s[0];
-#pragma unroll
-  for (int w = 1; w < D / 32; ++w) m = fmaxf(m, red_s[w]);
-  __syncthreads();  // red_s is reused for the sum
-  float den = 0.f;
-  for (int s = d; s < a.splits; s += D) {
-    const float l = ml[2 * s + 1];
-    const float w = l > 0.f ? exp2f(ml[2 * s] - m) * l : 0.f;
-    wt_s[s] = w;
-    den += w;
-  }
-  den = detail::warp_sum(den);
-  if (lane == 0) red_s[warp] = den;
-  __syncthreads();
-  den = 0.f;
-#pragma unroll
-  for (int w = 0; w < D / 32; ++w) den += red_s[w];
-  float num = 0.f;
-#pragma unroll 8
-  for (int s = 0; s < a.splits; ++s) {
-    const float w = wt_s[s];
-    const float x = part_o[s * D + d];
-    num = w > 0.f ? fmaf(w, x, num) : num;
-  }
+  const auto [m, num, den] = detail::merge_splits_staged<D>(
+      a.partial + bh * a.splits * D,
+      a.partial + std::int64_t(a.entries) * a.n_heads * a.splits * D + bh * a.splits * 2, a.splits, d, wt_s);
   write_merged<D>(a, e, h, d, bh, m, num, den);
 }
 

@@ -18,11 +18,23 @@ class cuda_elementwise : public cuda_test {};
 #ifdef SPECPIPE_HAVE_CUDA
 namespace kc = kernels::cuda;
 
+// Hidden sizes for both kernels: odd (the scalar loop), multiples of 4 with
+// 1, 2, 4 and 8 vectors per thread (some with a ragged last vector), and
+// past the vector kernel's 8192; plain and dependent (PDL) launches.
 TEST_F(cuda_elementwise, rmsnorm_with_and_without_residual_add) {
+  struct shape {
+    std::int64_t hidden, ld;
+  };
+  unsigned seed = 10;
+  for (const shape sh : {shape{1003, 1010}, shape{512, 516}, shape{1500, 1500}, shape{4096, 4096}, shape{5000, 5004},
+                         shape{8192, 8192}, shape{9000, 9000}})
   for (const bool with_delta : {false, true}) {
-    const unsigned seed = 11u + with_delta;
+    ++seed;
     std::mt19937 rng(seed);
-    const std::int64_t rows = 5, hidden = 1003, ld = 1010;
+    const std::int64_t rows = 5, hidden = sh.hidden, ld = sh.ld;
+    const bool dependent = seed % 2 == 0;
+    SCOPED_TRACE("hidden " + std::to_string(hidden) + (with_delta ? " with delta" : "") +
+                 (dependent ? " dependent" : ""));
     auto res = random_values(rng, std::size_t(rows * ld));
     auto delta = round_bf16(random_values(rng, std::size_t(rows * ld)));
     auto w = random_values(rng, std::size_t(hidden));
@@ -31,7 +43,7 @@ TEST_F(cuda_elementwise, rmsnorm_with_and_without_residual_add) {
     dev_array<float> d_w(*dev_, w);
     dev_array<std::uint16_t> d_out(*dev_, std::size_t(rows * ld));
     kc::rmsnorm(d_res.get(), ld, with_delta ? d_delta.get() : nullptr, ld, d_w.get(), d_out.get(), ld, rows, hidden,
-                1e-5f, nullptr);
+                1e-5f, nullptr, dependent);
     std::vector<double> ref_out(std::size_t(rows * hidden)), ref_res(std::size_t(rows * hidden));
     std::vector<float> got_out, got_res;
     const auto out = from_bf16(d_out.download());
@@ -85,6 +97,7 @@ TEST_F(cuda_elementwise, rope_rotates_q_and_appends_rotated_k_and_v) {
     a.n_heads = nh;
     a.n_kv_heads = nkv;
     a.head_dim = d;
+    a.dependent = d == 128;  // a programmatic dependent launch: same results
     kc::rope_append(a, nullptr);
     const auto q_got = from_bf16(d_qkv.download());
     const auto k_got = d_k.download(), v_got = d_v.download();
