@@ -64,6 +64,7 @@ void cuda_forward::impl::proj(const std::uint16_t* in, std::int64_t ldx, const b
     a.m = std::min<std::int64_t>(kc::int4_gemv_max_rows, m - r);
     a.n = n;
     a.k = k;
+    a.dependent = opt.overlap_launch;
     kc::int4_gemv(a, st.get());
   }
 }
@@ -106,8 +107,11 @@ void cuda_forward::impl::layers(std::int64_t m, int prefill_slot, std::int64_t p
                 opt.overlap_launch);
     proj(xn.as<std::uint16_t>(), h, L.wqkv, L.wqkv_q, qkv.data(), qkv_dim(), kc::gemm_out::bf16, false, m, qkv_dim(),
          h);
-    if (quant && !staged)  // the window's oldest groups, when due, before the append
-      kc::quantize_groups(quantize_args(l, ring_source(l), dev_ints(1), dev_ints(5), dev_ints(6), int(m)), st.get());
+    if (quant && !staged) {  // the window's oldest groups, when due, before the append
+      auto qa = quantize_args(l, ring_source(l), dev_ints(1), dev_ints(5), dev_ints(6), int(m));
+      qa.dependent = opt.overlap_launch;
+      kc::quantize_groups(qa, st.get());
+    }
     kc::rope_append_args ra;
     ra.qkv = qkv.as<std::uint16_t>();
     ra.ld_qkv = qkv_dim();
@@ -157,7 +161,9 @@ void cuda_forward::impl::layers(std::int64_t m, int prefill_slot, std::int64_t p
     } else if (spec && spec->now != spec_phase::none) {
       spec_attention(l, m);
     } else if (quant) {
-      kc::packed_attention(packed_args(l, m), st.get());
+      auto pa = packed_args(l, m);
+      pa.dependent = opt.overlap_launch;
+      kc::packed_attention(pa, st.get());
     } else {
       kc::decode_attention_args da;
       da.q = qkv.as<std::uint16_t>();

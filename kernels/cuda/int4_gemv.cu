@@ -16,6 +16,7 @@
 #include <string>
 
 #include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/int4_gemv.hpp"
 #include "kernels/cuda/vec.cuh"
 
@@ -49,6 +50,7 @@ __global__ void __launch_bounds__(int4_threads)
                      void* __restrict__ y, std::int64_t ldy, bool accumulate, int m, std::int64_t n,
                      std::int64_t k) {
   constexpr int R = int4_rows_per_warp;
+  detail::grid_dependency_wait();  // x (and y, accumulated) come from the kernels before
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
   const std::int64_t row0 = (std::int64_t(blockIdx.x) * int4_warps + warp) * R;
@@ -162,10 +164,12 @@ __global__ void __launch_bounds__(int4_threads)
 // per iteration, 4 KB of codes in flight per warp), merged in shared memory.
 constexpr int mma_warps = 8;
 constexpr int mma_chunk = 128;  // columns per chunk: 4 lanes x 32
-// Chunks whose codes one warp loads before computing (U) and the blocks per
-// SM the registers must allow (MINB): v2 = (4, 1), v3 = (2, 3). The first
-// cut, (2 with x prefetched, 1), ran at 18-27% of DRAM bandwidth on
-// llama2-7b shapes (ncu, H200) with 2 blocks per SM; (4, 3) spilled.
+// Chunks whose codes one warp loads per iteration (U) and the blocks per SM
+// the registers must allow (MINB): v2 = (4, 1), v3 = (2, 2). The first cut,
+// (2 with x prefetched, 1), ran at 18-27% of DRAM bandwidth on llama2-7b
+// shapes (ncu, H200) with 2 blocks per SM; (4, 3) spilled. Since the loads
+// of the next iteration are issued before the current one computes (two
+// stages in registers), v3 at 3 blocks per SM spilled too and runs at 2.
 
 __device__ __forceinline__ void mma_bf16(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
                                          unsigned b0, unsigned b1) {
@@ -201,23 +205,39 @@ __global__ void __launch_bounds__(32 * mma_warps, MINB)
   constexpr unsigned ones = 0x3F803F80u;  // bf16x2 (1, 1)
   float acc[4] = {0.f, 0.f, 0.f, 0.f};
 
-  for (std::int64_t c0 = warp; c0 < chunks; c0 += std::int64_t(U) * mma_warps) {
-    // All code loads of the iteration first (4 KB per warp in flight); x is
-    // read per word below, from L1 (every warp of the SM reads the same x).
+  // The codes, scales and zeros of U chunks starting at c0 (4 KB per warp at
+  // U = 4); x is read per word below, from L1 (every warp of the SM reads
+  // the same x).
+  struct stage {
     uint4 wa[U], wb[U];
     unsigned short s_raw[U][4];
+  };
+  auto load = [&](std::int64_t c0, stage& st) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const std::int64_t ch = min(c0 + std::int64_t(u) * mma_warps, chunks - 1);
       const std::int64_t col = ch * mma_chunk + 32 * t;
-      wa[u] = __ldcs(reinterpret_cast<const uint4*>(ca + col / 2));
-      wb[u] = __ldcs(reinterpret_cast<const uint4*>(cb + col / 2));
+      st.wa[u] = __ldcs(reinterpret_cast<const uint4*>(ca + col / 2));
+      st.wb[u] = __ldcs(reinterpret_cast<const uint4*>(cb + col / 2));
       const std::int64_t gi = ch * mma_chunk / group;
-      s_raw[u][0] = __ldg(scale + ra * groups + gi);
-      s_raw[u][1] = __ldg(zero + ra * groups + gi);
-      s_raw[u][2] = __ldg(scale + rb * groups + gi);
-      s_raw[u][3] = __ldg(zero + rb * groups + gi);
+      st.s_raw[u][0] = __ldg(scale + ra * groups + gi);
+      st.s_raw[u][1] = __ldg(zero + ra * groups + gi);
+      st.s_raw[u][2] = __ldg(scale + rb * groups + gi);
+      st.s_raw[u][3] = __ldg(zero + rb * groups + gi);
     }
+  };
+  // Weights are constants of the model: the first chunks stream in before
+  // waiting for the kernel that writes x (a dependent launch starts while it
+  // drains), and each iteration loads the next chunks before computing its
+  // own, so a warp always has codes in flight.
+  std::int64_t c0 = warp;
+  stage cur;
+  if (c0 < chunks) load(c0, cur);
+  detail::grid_dependency_wait();  // x (and y, accumulated) come from the kernels before
+  for (; c0 < chunks; c0 += std::int64_t(U) * mma_warps) {
+    stage next;
+    const std::int64_t c1 = c0 + std::int64_t(U) * mma_warps;
+    if (c1 < chunks) load(c1, next);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const std::int64_t ch = c0 + std::int64_t(u) * mma_warps;
@@ -226,7 +246,7 @@ __global__ void __launch_bounds__(32 * mma_warps, MINB)
       float tt[4] = {0.f, 0.f, 0.f, 0.f}, sx[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const unsigned a = word_of(wa[u], i), b = word_of(wb[u], i);
+        const unsigned a = word_of(cur.wa[u], i), b = word_of(cur.wb[u], i);
         // Columns 8i .. 8i + 7 of the lane's 32, two bf16 per word, paired
         // (c, c + 4) to match offset_pair: low halves of (x.x, x.z) = columns 0, 4; ...
         const uint4 xw = has_x ? __ldg(reinterpret_cast<const uint4*>(xc + 8 * i)) : make_uint4(0, 0, 0, 0);
@@ -237,14 +257,17 @@ __global__ void __launch_bounds__(32 * mma_warps, MINB)
         mma_bf16(sx, ones, ones, ones, ones, x0, x1);
         mma_bf16(sx, ones, ones, ones, ones, x2, x3);
       }
-      const float sa = __half2float(__ushort_as_half(s_raw[u][0])), za = __half2float(__ushort_as_half(s_raw[u][1]));
-      const float sb = __half2float(__ushort_as_half(s_raw[u][2])), zb = __half2float(__ushort_as_half(s_raw[u][3]));
+      const float sa = __half2float(__ushort_as_half(cur.s_raw[u][0]));
+      const float za = __half2float(__ushort_as_half(cur.s_raw[u][1]));
+      const float sb = __half2float(__ushort_as_half(cur.s_raw[u][2]));
+      const float zb = __half2float(__ushort_as_half(cur.s_raw[u][3]));
       // C rows g (weights ra) and g + 8 (rb), columns 2t and 2t + 1 (x rows).
       acc[0] += sa * tt[0] + (za - 128.f * sa) * sx[0];
       acc[1] += sa * tt[1] + (za - 128.f * sa) * sx[1];
       acc[2] += sb * tt[2] + (zb - 128.f * sb) * sx[2];
       acc[3] += sb * tt[3] + (zb - 128.f * sb) * sx[3];
     }
+    cur = next;
   }
   part_s[warp][g][2 * t] = acc[0];
   part_s[warp][g][2 * t + 1] = acc[1];
@@ -272,7 +295,8 @@ template <bool OutF32, int U, int MINB>
 void launch_mma(const int4_gemv_args& a, cudaStream_t s) {
   const dim3 grid(unsigned((a.n + 15) / 16));
   const std::int64_t groups = (a.k + a.group - 1) / a.group;
-  int4_gemv_mma_kernel<OutF32, U, MINB><<<grid, 32 * mma_warps, 0, s>>>(
+  detail::launch_kernel(
+      int4_gemv_mma_kernel<OutF32, U, MINB>, grid, dim3(32 * mma_warps), 0, s, a.dependent,
       reinterpret_cast<const bf16*>(a.x), a.ldx, a.codes, a.code_stride,
       reinterpret_cast<const unsigned short*>(a.scale), reinterpret_cast<const unsigned short*>(a.zero), a.group,
       groups, a.y, a.ldy, a.accumulate, int(a.m), a.n, a.k);
@@ -284,7 +308,8 @@ void launch(const int4_gemv_args& a, cudaStream_t s) {
   const std::int64_t rows_per_block = std::int64_t(int4_warps) * int4_rows_per_warp;
   const dim3 grid(unsigned((a.n + rows_per_block - 1) / rows_per_block));
   const std::int64_t groups = (a.k + a.group - 1) / a.group;
-  int4_gemv_kernel<M, OutF32><<<grid, int4_threads, 0, s>>>(
+  detail::launch_kernel(
+      int4_gemv_kernel<M, OutF32>, grid, dim3(int4_threads), 0, s, a.dependent,
       reinterpret_cast<const bf16*>(a.x), a.ldx, a.codes, a.code_stride,
       reinterpret_cast<const unsigned short*>(a.scale), reinterpret_cast<const unsigned short*>(a.zero), a.group,
       groups, a.y, a.ldy, a.accumulate, int(a.m), a.n, a.k);
@@ -314,6 +339,8 @@ void int4_gemv(const int4_gemv_args& a, stream_t s) {
                                 std::to_string(a.n) + " k=" + std::to_string(a.k) + " ldx=" + std::to_string(a.ldx) +
                                 " ldy=" + std::to_string(a.ldy));
   if (a.accumulate && a.out != gemm_out::f32) throw std::invalid_argument("int4_gemv: accumulate needs an f32 output");
+  if (a.out == gemm_out::swiglu)
+    throw std::invalid_argument("int4_gemv: the SwiGLU output is the bf16 GEMV's only; run swiglu after");
   if (a.m == 0) return;
   if (!int4_gemv_supported(a))
     throw std::invalid_argument("int4_gemv: needs 1 <= m <= 8, k and group multiples of 32, code_stride a multiple "
@@ -324,8 +351,8 @@ void int4_gemv(const int4_gemv_args& a, stream_t s) {
   if (a.version != 1 && a.k % mma_chunk == 0 && a.group % mma_chunk == 0) {
     const bool f32 = a.out == gemm_out::f32;
     if (a.version == 3) {
-      if (f32) launch_mma<true, 2, 3>(a, as_stream(s));
-      else launch_mma<false, 2, 3>(a, as_stream(s));
+      if (f32) launch_mma<true, 2, 2>(a, as_stream(s));
+      else launch_mma<false, 2, 2>(a, as_stream(s));
     } else {
       if (f32) launch_mma<true, 4, 1>(a, as_stream(s));
       else launch_mma<false, 4, 1>(a, as_stream(s));

@@ -29,6 +29,7 @@ struct int4_gemv_args {
   // resident blocks), else v1; 1: always v1 (CUDA-core FMAs). The bench
   // times each (--kernels --gemv-only).
   int version = 2;
+  bool dependent = false;  // a programmatic dependent launch (kernels/cuda/launch.cuh)
 };
 
 constexpr std::int64_t int4_gemv_max_rows = 8;

@@ -29,6 +29,7 @@
 
 #include "kernels/cuda/async_copy.cuh"
 #include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/packed_attention.hpp"
 #include "kernels/cuda/packed_combine.hpp"
 #include "kernels/cuda/packed_fragments.hpp"
@@ -88,6 +89,10 @@ __global__ void __launch_bounds__(threads, 4) packed_attention_kernel(packed_att
   constexpr int LOG2D = D == 64 ? 6 : 7;
   constexpr int LOG2H = NT == 1 ? 2 : 3;
   extern __shared__ __align__(16) unsigned char smem[];
+  // As a dependent launch: q, the window rows and the codes come from the
+  // kernels before this one, and the partials are what the previous combine
+  // read.
+  detail::grid_dependency_wait();
 
   const int split = blockIdx.x, kh = blockIdx.y;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -911,7 +916,7 @@ void packed_attention(const packed_attention_args& in, stream_t s) {
   launch_shape sh;
   const kernel_fn k = prepare(a, sh);
   const dim3 grid(unsigned(a.splits), unsigned(a.cache.n_kv_heads), unsigned(a.block_first ? a.blocks : a.entries));
-  k<<<grid, threads, std::size_t(sh.smem), as_stream(s)>>>(a, sh);
+  detail::launch_kernel(k, grid, dim3(threads), std::size_t(sh.smem), as_stream(s), a.dependent, a, sh);
   CUDA_CHECK_LAUNCH();
   packed_combine(a, s);
 }

@@ -144,6 +144,9 @@ struct packed_attention_args {
   // 1 = the split weights once per block into shared memory, then one
   // unconditional (batched) load per split and output element.
   int combine = 1;
+  // Both kernels as programmatic dependent launches (kernels/cuda/launch.cuh):
+  // the same results, each launch overlapping the tail of the kernel before.
+  bool dependent = false;
 };
 
 std::size_t packed_attention_scratch_floats(int entries, int n_heads, int head_dim, int max_splits);

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/packed_attention.hpp"
 #include "kernels/cuda/packed_combine.hpp"
 #include "kernels/cuda/split_merge.cuh"
@@ -36,6 +37,7 @@ __device__ __forceinline__ void write_merged(const packed_attention_args& a, int
 // Merges the splits by their running max and sum (Flash-Decoding).
 template <int D>
 __global__ void packed_combine_kernel(packed_attention_args a) {
+  detail::grid_dependency_wait();
   detail::allow_dependent_launch();
   const int h = blockIdx.x, e = blockIdx.y, d = threadIdx.x;
   const std::int64_t bh = std::int64_t(e) * a.n_heads + h;
@@ -49,6 +51,7 @@ __global__ void packed_combine_kernel(packed_attention_args a) {
 // (detail::merge_splits_staged).
 template <int D>
 __global__ void packed_combine_staged_kernel(packed_attention_args a) {
+  detail::grid_dependency_wait();
   detail::allow_dependent_launch();
   extern __shared__ float wt_s[];  // [splits]
   const int h = blockIdx.x, e = blockIdx.y, d = threadIdx.x;
@@ -76,14 +79,15 @@ __global__ void packed_probs_kernel(const float* scores, float* probs, std::int6
 void packed_combine(const packed_attention_args& a, stream_t s) {
   const dim3 cgrid(unsigned(a.n_heads), unsigned(a.entries));
   const std::size_t wbytes = std::size_t(a.splits) * 4;
+  const auto st = as_stream(s);
   if (a.combine == 1 && a.cache.head_dim == 128)
-    packed_combine_staged_kernel<128><<<cgrid, 128, wbytes, as_stream(s)>>>(a);
+    detail::launch_kernel(packed_combine_staged_kernel<128>, cgrid, dim3(128), wbytes, st, a.dependent, a);
   else if (a.combine == 1)
-    packed_combine_staged_kernel<64><<<cgrid, 64, wbytes, as_stream(s)>>>(a);
+    detail::launch_kernel(packed_combine_staged_kernel<64>, cgrid, dim3(64), wbytes, st, a.dependent, a);
   else if (a.cache.head_dim == 128)
-    packed_combine_kernel<128><<<cgrid, 128, 0, as_stream(s)>>>(a);
+    detail::launch_kernel(packed_combine_kernel<128>, cgrid, dim3(128), 0, st, a.dependent, a);
   else
-    packed_combine_kernel<64><<<cgrid, 64, 0, as_stream(s)>>>(a);
+    detail::launch_kernel(packed_combine_kernel<64>, cgrid, dim3(64), 0, st, a.dependent, a);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/quantize.hpp"
 #include "kernels/cuda/vec.cuh"
 
@@ -85,6 +86,8 @@ struct bit_writer {
 };
 
 __global__ void __launch_bounds__(threads) quantize_groups_kernel(quantize_args a) {
+  detail::grid_dependency_wait();
+  detail::allow_dependent_launch();  // what follows (RoPE) waits for this kernel to finish
   const int gi = blockIdx.x, h = blockIdx.y, e = blockIdx.z;
   if (gi >= a.entry_groups[e]) return;
   const int slot = a.entry_slot[e];
@@ -227,8 +230,8 @@ void quantize_groups(const quantize_args& a, stream_t s) {
     fail(who, "source rows and packed arrays must be given");
   if (!a.entry_slot || !a.entry_first_group || !a.entry_groups) fail(who, "per-entry arrays missing");
   if (a.src.ring < 1) fail(who, "ring must be >= 1");
-  quantize_groups_kernel<<<dim3(unsigned(a.max_groups), unsigned(a.n_kv_heads), unsigned(a.entries)), threads, 0,
-                           as_stream(s)>>>(a);
+  detail::launch_kernel(quantize_groups_kernel, dim3(unsigned(a.max_groups), unsigned(a.n_kv_heads), unsigned(a.entries)),
+                        dim3(threads), 0, as_stream(s), a.dependent, a);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -67,6 +67,7 @@ struct quantize_args {
   const std::int32_t* entry_groups = nullptr;
   int entries = 0;
   int max_groups = 1;
+  bool dependent = false;  // a programmatic dependent launch (kernels/cuda/launch.cuh)
 };
 
 // Validates (std::invalid_argument naming the field) and launches.

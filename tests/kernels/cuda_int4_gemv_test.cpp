@@ -62,6 +62,7 @@ void run_case(allocator& dev, std::int64_t m, std::int64_t n, std::int64_t k, st
     a.m = m;
     a.n = n;
     a.k = k;
+    a.dependent = version == 2;  // a programmatic dependent launch: same results
     ASSERT_TRUE(kc::int4_gemv_supported(a));
     kc::int4_gemv(a, nullptr);
 

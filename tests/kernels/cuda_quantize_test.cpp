@@ -144,6 +144,7 @@ TEST_F(cuda_quantize, matches_cpu_bit_for_bit_in_the_cpu_layout) {
         a.entry_groups = count.get();
         a.entries = 1;
         a.max_groups = groups;
+        a.dependent = group == 64;  // a programmatic dependent launch: same bytes
         kc::quantize_groups(a, nullptr);
         expect_bytes_equal(kc_d.download(), kc_w, what + " key codes");
         expect_bytes_equal(as_bytes(ks_d.download()), as_bytes(ks_w), what + " key scales");
