@@ -41,7 +41,8 @@ struct gather_bench_options {
                                        gather_pattern::topk_clustered};
   // Arenas tried in turn (GPU only; the CPU half uses plain host memory). A
   // huge-page arena the host cannot back is reported and skipped.
-  std::vector<pinned_pages> arenas{pinned_pages::driver, pinned_pages::transparent, pinned_pages::hugetlb};
+  std::vector<pinned_pages> arenas{pinned_pages::driver, pinned_pages::transparent, pinned_pages::hugetlb,
+                                   pinned_pages::pool};
   std::int64_t topk = 64;          // rows per stream (topk patterns)
   std::int64_t block_tokens = 16;  // rows per store block (topk patterns)
   double cluster_rows = 4;         // mean cluster length (topk_clustered)

@@ -42,6 +42,8 @@ std::unique_ptr<allocator> make_pinned_allocator() {
 
 std::unique_ptr<allocator> make_pinned_allocator(pinned_pages) { return make_pinned_allocator(); }
 
+void* pinned_device_pointer(void* p) { return p; }
+
 std::unique_ptr<allocator> make_device_allocator(int device) {
   throw memory_error("device memory on CUDA device " + std::to_string(device) +
                      " requested, but this build has no CUDA backend (configure with "
@@ -54,6 +56,7 @@ const char* pinned_pages_name(pinned_pages p) {
     case pinned_pages::driver: return "driver";
     case pinned_pages::transparent: return "thp";
     case pinned_pages::hugetlb: return "hugetlb";
+    case pinned_pages::pool: return "pool";
   }
   return "?";
 }

@@ -50,9 +50,19 @@ enum class pinned_pages : std::uint8_t {
                 // transparent huge pages where the kernel grants them
   hugetlb,      // mmap(MAP_HUGETLB) + cudaHostRegister: reserved 2 MiB pages;
                 // falls back to `transparent` when none are reserved
+  pool,         // a stream-ordered pool on host NUMA node 0 (cudaMemPoolCreate,
+                // cudaMemLocationTypeHostNuma), readable by every device: the
+                // driver maps it through its virtual memory manager in 2 MiB
+                // chunks; falls back to `driver` where pools cannot be on the host
 };
 
 const char* pinned_pages_name(pinned_pages p);
+
+// The address a kernel on the current device reads pinned memory `p` by:
+// cudaHostGetDevicePointer for host-allocated or registered memory, `p`
+// itself for pool memory (one virtual address on host and device). `p`
+// itself without CUDA. Throws memory_error for memory the device cannot read.
+void* pinned_device_pointer(void* p);
 
 // As make_pinned_allocator(), with the backing asked for. Huge-page requests
 // fall back cleanly (hugetlb -> transparent -> driver) when the kernel or the

@@ -12,6 +12,7 @@
 
 #include "actors/transfer_backend.hpp"
 #include "kernels/gather.hpp"
+#include "memory/allocator.hpp"
 
 namespace specpipe {
 namespace {
@@ -39,8 +40,7 @@ class cuda_transfer_backend final : public transfer_backend {
   void gather(const gather_source& src, void* dst, transfer_event& done) override {
     check(cudaSetDevice(device_), "cudaSetDevice");
     reserve_index(2 * src.rows.size());
-    void* src_dev = nullptr;
-    check(cudaHostGetDevicePointer(&src_dev, const_cast<std::byte*>(src.base), 0), "cudaHostGetDevicePointer");
+    void* src_dev = pinned_device_pointer(const_cast<std::byte*>(src.base));
     check(cudaError_t(kernels::cuda::gather_request(src.base, src_dev, src.row_bytes, src.rows, dst, stream_, policy_,
                                                     scratch_)),
           "gather");

@@ -147,8 +147,7 @@ gather_bench_report run_gather_bench_cuda(const gather_bench_options& opts) {
                     huge < 0 ? 0.0 : huge * 100, alloc_s);
       out.notes.push_back(line);
     }
-    void* host_dev = nullptr;
-    check(cudaHostGetDevicePointer(&host_dev, store.data(), 0), "cudaHostGetDevicePointer");
+    void* host_dev = pinned_device_pointer(store.data());
 
     // The roofline: one 256 MiB cudaMemcpyAsync from this arena.
     {

@@ -73,7 +73,7 @@ struct gpu_case {
     std::mt19937_64 rng(seed);
     for (std::size_t i = 0; i < store.size(); ++i) store.as<unsigned char>()[i] = static_cast<unsigned char>(rng());
     rows = hostile_rows(rng, store_rows, n);
-    EXPECT_EQ(cudaHostGetDevicePointer(&src_dev, store.data(), 0), cudaSuccess);
+    src_dev = pinned_device_pointer(store.data());
     EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&d_rows), rows.size() * 8), cudaSuccess);
     EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&d_out), out_bytes() + 2 * pad), cudaSuccess);
     EXPECT_EQ(cudaMemcpy(d_rows, rows.data(), rows.size() * 8, cudaMemcpyHostToDevice), cudaSuccess);
@@ -121,7 +121,7 @@ TEST_F(CudaGather, CopyEnginesAndEnginePathMatchTheCpuReference) {
 #ifdef SPECPIPE_HAVE_CUDA
   cudaStream_t stream;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-  for (const auto pages : {pinned_pages::driver, pinned_pages::transparent}) {
+  for (const auto pages : {pinned_pages::driver, pinned_pages::transparent, pinned_pages::pool}) {
     auto pinned = make_pinned_allocator(pages);
     for (const std::size_t row_bytes : {std::size_t(256), std::size_t(48), std::size_t(6)}) {
       const std::uint64_t seed = 99 + row_bytes;

@@ -64,9 +64,11 @@ TEST(Allocator, PinnedIsUsableOnEveryMachine) {
 TEST(Allocator, EveryPinnedPageSizeIsUsableOnEveryMachine) {
   // Huge-page requests fall back (hugetlb -> transparent -> driver) rather
   // than fail; without a GPU all of them are plain host memory.
-  for (const auto pages : {pinned_pages::driver, pinned_pages::transparent, pinned_pages::hugetlb}) {
+  for (const auto pages :
+       {pinned_pages::driver, pinned_pages::transparent, pinned_pages::hugetlb, pinned_pages::pool}) {
     auto pinned = make_pinned_allocator(pages);
     EXPECT_EQ(pinned->kind(), memory_kind::pinned) << pinned_pages_name(pages);
+    EXPECT_EQ(pinned_device_pointer(buffer(*pinned, 64).data()) != nullptr, true) << pinned_pages_name(pages);
     const std::size_t bytes = (std::size_t(4) << 20) + 12345;  // not a whole number of 2 MiB pages
     buffer p(*pinned, bytes);
     ASSERT_NE(p.data(), nullptr);
