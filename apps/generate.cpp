@@ -158,16 +158,13 @@ int generate_main(int argc, char** argv) {
   // pinned memory for Llama-3.1 otherwise).
   const std::int64_t needed =
       std::min(max_context, std::int64_t(req.prompt.size()) + std::int64_t(req.max_tokens));
-  if (device == "cuda" && quantspec)
-    return run_generate_cuda_quantspec(m, req, eos, needed, prompt, qs_opts.kv_group, qs_opts.draft, qs_opts.gamma,
-                                       gpu_memory, vm.count("trace") ? trace_file : std::string());
   if (device == "cuda" && kv_choice.speculative())
     return run_generate_cuda(m, req, eos, needed, prompt, kv_choice, gpu_memory,
                              vm.count("trace") ? trace_file : std::string());
 
   // The actor pipeline: one worker (its compute on the CPU, or cuda_forward
-  // on GPU 0 for full, kivi and hier), the host KV store, the transfer engine
-  // and planner, and the tracer with --trace.
+  // on GPU 0 for full, kivi, hier and quantspec), the host KV store, the
+  // transfer engine and planner, and the tracer with --trace.
   actor_runtime runtime;
   pipeline_options popts;
   popts.max_context = needed;
@@ -180,15 +177,16 @@ int generate_main(int argc, char** argv) {
   popts.topk = kv_choice.topk;
   std::shared_ptr<step_compute> compute;
   std::string kv_text = kv_choice.describe();
-  if (device == "cuda") {
-    compute = make_generate_cuda_compute(m, needed, kv_choice, gpu_memory);
-    if (kv_choice.format == kv_format::full) kv_text = "full (bf16)";
-  } else if (quantspec) {
+  if (quantspec) {
     qs_opts.max_context = needed;
-    compute = make_quantspec_step_compute(m.config, m.weights, qs_opts);
+    compute = device == "cuda" ? make_generate_cuda_quantspec_compute(m, qs_opts, gpu_memory)
+                               : make_quantspec_step_compute(m.config, m.weights, qs_opts);
     kv_text = "quantspec G=" + std::to_string(qs_opts.kv_group) + " gamma " +
               (qs_opts.gamma.adaptive ? std::string("auto") : std::to_string(qs_opts.gamma.gamma)) +
               " (draft: 4-bit weights + INT4 KV, target: INT8 KV)";
+  } else if (device == "cuda") {
+    compute = make_generate_cuda_compute(m, needed, kv_choice, gpu_memory);
+    if (kv_choice.format == kv_format::full) kv_text = "full (bf16)";
   } else if (kv_choice.speculative()) {
     compute = make_specache_step_compute(m.config, m.weights, {needed, threads, specache_config_of(kv_choice)});
   } else {
@@ -206,7 +204,8 @@ int generate_main(int argc, char** argv) {
   if (kv_choice.speculative()) print_specache_line(pipe.stats().specache);
   if (quantspec) {
     print_spec_line(res.spec);
-    std::fprintf(stderr, "[%s]\n", describe_draft_memory(m.config, qs_opts.draft).c_str());
+    std::fprintf(stderr, "[%s%s]\n", describe_draft_memory(m.config, qs_opts.draft).c_str(),
+                 device == "cuda" ? "; quantized on the GPU from the bf16 weights" : "");
   }
   if (popts.trace) std::fprintf(stderr, "[trace: %llu events -> %s]\n",
                                 static_cast<unsigned long long>(pipe.flush_trace()), trace_file.c_str());

@@ -1,18 +1,16 @@
 #include "apps/generate_cuda.hpp"
 #include "apps/cli_support.hpp"
 
-#include <chrono>
 #include <functional>
 #include <cstdio>
 #include <iostream>
 #include <optional>
 
+#include "actors/cuda_quantspec_step_compute.hpp"
 #include "actors/cuda_step_compute.hpp"
 #include "actors/trace_buffer.hpp"
-#include "apps/quantspec_cli.hpp"
 #include "model/cuda_specache_backend.hpp"
 #include "model/cuda_forward.hpp"
-#include "model/cuda_quantspec.hpp"
 
 namespace specpipe::apps {
 
@@ -82,11 +80,6 @@ class traced_backend final : public decode_backend {
   std::function<void(double)> after_step_;
   double step_start_ = 0;
 };
-
-// A steady_clock time point on the trace's clock (microseconds since its epoch).
-double trace_us(std::chrono::steady_clock::time_point tp) {
-  return trace_now_us() - std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - tp).count();
-}
 
 void write_trace(trace_buffer& trace, const std::string& file) {
   trace.write_file(file);
@@ -178,67 +171,24 @@ int run_generate_cuda(const model& m, const generation_request& req, const std::
   return 0;
 }
 
-int run_generate_cuda_quantspec(const model& m, const generation_request& req,
-                                const std::vector<std::int32_t>& eos_ids, std::int64_t max_context,
-                                const std::string& prompt_text, std::int64_t kv_group, const draft_options& draft,
-                                const gamma_options& gamma, double gpu_memory_gib, const std::string& trace_file) {
-  if (draft.quantize_lm_head)
-    throw usage_error("--draft-lm-head: the GPU draft shares lm_head with the target (use --device cpu)");
-  const int most = gamma.adaptive ? std::min(gamma.max_gamma, 15) : gamma.gamma;
-  cuda_forward_options o;
-  o.max_batch = 1;
-  o.max_context = max_context;
-  o.kv = parse_kv_mode("hier", 8, kv_group, 0);
-  o.kv_max_append = std::max<std::int64_t>(16, most + 1);
-  o.max_step_tokens = most + 1;
-  check_budget(gpu_memory_gib, cuda_model::weight_bytes(m.config) + draft_bytes(m.config, draft),
-               cuda_forward::device_bytes(m.config, o));
-  cuda_model gpu(m.config, m.weights, 0);
-  gpu.make_draft(draft.group);
-  cuda_forward fwd(gpu, o);
-  gamma_options g = gamma;
-  g.max_gamma = std::min(g.max_gamma, 15);
-  cuda_quantspec qs(fwd, req.sampling, g);
-  cuda_quantspec_backend plain(qs, fwd, 0);
-  trace_buffer trace;
-  std::optional<traced_backend> traced;
-  if (!trace_file.empty()) {
-    traced.emplace(plain, trace);
-    // Each round: its draft steps and its verify, with what they kept.
-    qs.on_round([&trace](const std::vector<quantspec_round>& rounds) {
-      const quantspec_round& r = rounds.front();
-      const double d0 = trace_us(r.draft_begin), v0 = trace_us(r.verify_begin), v1 = trace_us(r.verify_end);
-      trace_event draft;
-      draft.track = "cuda worker 0";
-      draft.name = "draft";
-      draft.cat = trace_cat::compute;
-      draft.ts_us = d0;
-      draft.dur_us = v0 - d0;
-      draft.values = {{"drafted", double(r.drafted)}};
-      trace.add(draft);
-      trace_event verify = draft;
-      verify.name = "verify";
-      verify.ts_us = v0;
-      verify.dur_us = v1 - v0;
-      verify.values = {{"rows", double(r.drafted + 1)}, {"accepted", double(r.accepted)}};
-      trace.add(verify);
-    });
+std::shared_ptr<step_compute> make_generate_cuda_quantspec_compute(const model& m,
+                                                                   const quantspec_step_options& opts,
+                                                                   double gpu_memory_gib) {
+  cuda_quantspec_step_options o;
+  o.max_context = opts.max_context;
+  o.max_sequences = 1;
+  o.kv_group = opts.kv_group;
+  o.draft = opts.draft;
+  o.gamma = opts.gamma;
+  std::size_t all = 0;
+  try {
+    all = cuda_quantspec_step_device_bytes(m.config, o);
+  } catch (const std::invalid_argument& e) {
+    throw usage_error(e.what());
   }
-  decode_backend& backend = traced ? static_cast<decode_backend&>(*traced) : plain;
-
-  std::cout << prompt_text << std::flush;
-  const auto res = generate(backend, m.tok, eos_ids, req, max_context,
-                            [](std::string_view d) { std::cout << d << std::flush; });
-  std::cout << "\n";
-  print_timing_line(res, m.dir.filename().string(), "cuda",
-                    "quantspec G=" + std::to_string(kv_group) + " gamma " +
-                        (gamma.adaptive ? std::string("auto") : std::to_string(gamma.gamma)) +
-                        " (draft: 4-bit weights + INT4 KV, target: INT8 KV)");
-  print_spec_line(qs.stats());
-  std::fprintf(stderr, "[%s; on the GPU %.2f MiB]\n", describe_draft_memory(m.config, draft).c_str(),
-               double(gpu.draft_bytes()) / (1024.0 * 1024.0));
-  if (!trace_file.empty()) write_trace(trace, trace_file);
-  return 0;
+  const std::size_t weights = cuda_model::weight_bytes(m.config) + draft_bytes(m.config, o.draft);
+  check_budget(gpu_memory_gib, weights, all - weights);
+  return make_cuda_quantspec_step_compute(m.config, m.weights, o);
 }
 
 }  // namespace specpipe::apps

@@ -1,15 +1,17 @@
 #pragma once
-// `specpipe generate --device cuda`. full, kivi and hier run through the
-// actor pipeline like the CPU backend (make_generate_cuda_compute: the
-// worker's compute is cuda_forward on GPU 0). SpeCache (run_generate_cuda)
-// and QuantSpec (run_generate_cuda_quantspec) drive cuda_forward directly,
-// through the same decode loop (stop strings, EOS, streaming) and with the
-// same output: the prompt, the streamed text, and one timing line on stderr.
+// `specpipe generate --device cuda`. full, kivi, hier and quantspec run
+// through the actor pipeline like the CPU backend (the worker's compute is
+// cuda_forward on GPU 0: make_generate_cuda_compute,
+// make_generate_cuda_quantspec_compute). SpeCache (run_generate_cuda) drives
+// cuda_forward directly, through the same decode loop (stop strings, EOS,
+// streaming) and with the same output: the prompt, the streamed text, and
+// one timing line on stderr.
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "actors/quantspec_step_compute.hpp"
 #include "actors/step_compute.hpp"
 #include "model/draft_weights.hpp"
 #include "model/gamma_controller.hpp"
@@ -37,14 +39,13 @@ int run_generate_cuda(const model& m, const generation_request& req, const std::
 std::shared_ptr<step_compute> make_generate_cuda_compute(const model& m, std::int64_t max_context, const kv_mode& kv,
                                                          double gpu_memory_gib);
 
-// --kv quantspec on the GPU (model/cuda_quantspec.hpp): the draft's 4-bit
-// copies quantized on the device, a hierarchical cache of group kv_group,
-// rounds of `gamma` drafts; the QuantSpec counters and the draft's memory
-// on stderr after the timing line.
-int run_generate_cuda_quantspec(const model& m, const generation_request& req,
-                                const std::vector<std::int32_t>& eos_ids, std::int64_t max_context,
-                                const std::string& prompt_text, std::int64_t kv_group, const draft_options& draft,
-                                const gamma_options& gamma, double gpu_memory_gib = 0,
-                                const std::string& trace_file = {});
+// The step compute of `generate --device cuda --kv quantspec`
+// (actors/cuda_quantspec_step_compute.hpp), one sequence of
+// opts.max_context tokens; usage_error for what the GPU rounds cannot run
+// (--draft-lm-head, a group other than 32/64/128) or what exceeds
+// gpu_memory_gib > 0.
+std::shared_ptr<step_compute> make_generate_cuda_quantspec_compute(const model& m,
+                                                                   const quantspec_step_options& opts,
+                                                                   double gpu_memory_gib);
 
 }  // namespace specpipe::apps

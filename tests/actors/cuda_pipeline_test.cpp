@@ -3,18 +3,21 @@
 // through the pipeline decodes what a direct cuda_forward loop decodes;
 // concurrent requests share batched decode steps and still decode what each
 // decodes alone; a worker out of cache slots fails that request only; two
-// GPU workers run side by side; finished sequences leave no cache behind.
-// Skips without a CUDA device.
+// GPU workers run side by side; finished sequences leave no cache behind;
+// QuantSpec's rounds through the pipeline decode what the direct rounds
+// decode. Skips without a CUDA device (the option checks run anywhere).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <thread>
 
 #include "actors/actor_runtime.hpp"
+#include "actors/cuda_quantspec_step_compute.hpp"
 #include "actors/cuda_step_compute.hpp"
 #include "actors/pipeline.hpp"
 #include "actors/pipeline_error.hpp"
 #include "model/cuda_forward.hpp"
+#include "model/cuda_quantspec.hpp"
 #include "model/safetensors.hpp"
 #include "model/weights.hpp"
 #include "support/gpu_test.hpp"
@@ -216,6 +219,85 @@ TEST_F(CudaPipeline, TwoGpuWorkersServeAtOnce) {
   EXPECT_EQ(out[1].result.tokens, want1);
   wait_until_empty(p, 0);
   wait_until_empty(p, 1);
+}
+
+cuda_quantspec_step_options quantspec_options(int slots) {
+  cuda_quantspec_step_options o;
+  o.max_context = context;
+  o.max_sequences = slots;
+  o.kv_group = 32;
+  o.gamma.gamma = 4;
+  return o;
+}
+
+// cuda_quantspec's rounds driven directly on slot 0, greedy, until n tokens.
+std::vector<std::int32_t> direct_quantspec(int i, std::size_t n) {
+  const auto& m = model_once();
+  const auto qo = quantspec_options(1);
+  cuda_model gpu(m.config, m.weights, 0);
+  gpu.make_draft(qo.draft.group);
+  cuda_forward_options o;
+  o.max_context = context;
+  o.kv = parse_kv_mode("hier", 8, qo.kv_group, 0);
+  o.kv_max_append = 16;
+  o.max_step_tokens = qo.gamma.gamma + 1;
+  cuda_forward fwd(gpu, o);
+  sampling_params greedy;
+  greedy.temperature = 0;
+  cuda_quantspec qs(fwd, greedy, qo.gamma);
+  std::vector<std::int32_t> out{qs.prefill(0, prompt_of(i))};
+  const int slot = 0;
+  while (out.size() < n) {
+    const std::int32_t pending = out.back();
+    const auto r = qs.round({&slot, 1}, {&pending, 1}).front();
+    out.insert(out.end(), r.tokens.begin(), r.tokens.end());
+  }
+  out.resize(n);
+  return out;
+}
+
+TEST_F(CudaPipeline, QuantSpecRoundsDecodeWhatTheDirectRoundsDecode) {
+  constexpr int tokens = 40;
+  const auto want0 = direct_quantspec(0, tokens), want1 = direct_quantspec(1, tokens);
+  actor_runtime rt;
+  const auto& m = model_once();
+  pipeline p(rt.system(), {make_cuda_quantspec_step_compute(m.config, m.weights, quantspec_options(2))}, options_of(2));
+  const auto out = run_all(p, 2, tokens);
+  ASSERT_TRUE(out[0].ok) << out[0].error;
+  ASSERT_TRUE(out[1].ok) << out[1].error;
+  EXPECT_EQ(out[0].result.tokens, want0);
+  EXPECT_EQ(out[1].result.tokens, want1);
+  for (const auto& o : out) {
+    EXPECT_GT(o.result.spec.drafts, 0);
+    EXPECT_GT(o.result.spec.draft_tokens, 0);
+    EXPECT_LE(o.result.spec.accepted_tokens, o.result.spec.draft_tokens);
+  }
+  wait_until_empty(p, 0);
+}
+
+// Host-side option checks: no device needed, nothing allocated.
+TEST(CudaQuantSpecStepCompute, RefusesWhatTheGpuRoundsCannotRun) {
+  const auto& m = model_once();
+  auto expect_refused = [&](cuda_quantspec_step_options o, const std::string& needle) {
+    try {
+      make_cuda_quantspec_step_compute(m.config, m.weights, o);
+      ADD_FAILURE() << "no error for " << needle;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  auto o = quantspec_options(1);
+  o.draft.quantize_lm_head = true;
+  expect_refused(o, "--draft-lm-head");
+  o = quantspec_options(1);
+  o.kv_group = 256;
+  expect_refused(o, "--group");
+  o = quantspec_options(1);
+  o.gamma.gamma = 16;
+  expect_refused(o, "--gamma 16");
+  o = quantspec_options(1);
+  o.max_context = 0;
+  expect_refused(o, "max_context");
 }
 
 TEST(CudaStepCompute, SpeCacheIsRefusedWithTheReason) {

@@ -84,7 +84,7 @@ TEST(CudaGenerateCli, QuantSpecRunsOnTheDefaultModel) {
   EXPECT_EQ(q.out, t.out);
   EXPECT_THAT(q.err, HasSubstr("quantspec G=128 gamma 4"));
   EXPECT_THAT(q.err, HasSubstr("accepted"));
-  EXPECT_THAT(q.err, HasSubstr("on the GPU"));
+  EXPECT_THAT(q.err, HasSubstr("quantized on the GPU"));
   const auto s = run_specpipe("generate --device cuda --kv quantspec --gamma auto --prompt '" + prompt +
                               "' -n 300 --ignore-eos --temperature 0.8 --seed 3");
   ASSERT_EQ(s.exit_code, 0) << s.err;
