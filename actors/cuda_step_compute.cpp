@@ -16,7 +16,8 @@ cuda_forward_options forward_options(const cuda_step_options& o) {
   if (o.max_context <= 0) throw std::invalid_argument("cuda step compute: max_context must be > 0");
   if (o.max_sequences <= 0) throw std::invalid_argument("cuda step compute: max_sequences must be > 0");
   if (o.kv.speculative())
-    throw std::invalid_argument("cuda step compute: --kv specache runs on the GPU outside the actor pipeline");
+    throw std::invalid_argument(
+        "cuda step compute: --kv specache needs the host store and the fetch (actors/cuda_specache_step_compute.hpp)");
   cuda_forward_options f;
   f.max_batch = o.max_sequences;
   f.max_context = o.max_context;

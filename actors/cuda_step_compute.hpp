@@ -3,9 +3,10 @@
 // per sequence, the decode entries of a step batched into one forward (one
 // CUDA graph per batch size). The caches stay on the device (bf16 rows, or
 // the packed codes of kivi / hier read as INT4 or INT8), so nothing goes to
-// the host KV store: outputs carry no rows. SpeCache's GPU path (host store,
-// top-k fetch) and QuantSpec's rounds run outside the pipeline so far
-// (apps/generate_cuda.cpp); this compute refuses those modes.
+// the host KV store: outputs carry no rows. SpeCache (host store, top-k
+// fetch) and QuantSpec (rounds) have computes of their own
+// (actors/cuda_specache_step_compute.hpp, cuda_quantspec_step_compute.hpp);
+// this one refuses SpeCache.
 //
 // A worker thread that is not the constructing one is bound to the device at
 // each step (cuda_forward::bind_thread), so workers on several devices run

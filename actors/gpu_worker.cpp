@@ -73,12 +73,14 @@ void trace_step(gpu_worker_state& st, const step_request& req, const step_result
       std::vector<std::pair<std::string, double>> args{{"tokens", tokens}};
       if (j - i == 1) args.insert(args.begin(), {"seq", double(out.seq)});
       else args.insert(args.begin(), {"sequences", double(j - i)});
-      st.trace.span(st.track, name, trace_cat::compute, out.compute_start_us, out.compute_end_us, std::move(args));
+      st.trace.span(st.track, name, out.device_spans ? trace_cat::control : trace_cat::compute, out.compute_start_us,
+                    out.compute_end_us, std::move(args));
     }
     i = j;
   }
   for (const auto& out : res.outputs)
-    for (const auto& sp : out.spans) st.trace.span(st.track, sp.name, trace_cat::compute, sp.t0_us, sp.t1_us, sp.args);
+    for (const auto& sp : out.spans)
+      st.trace.span(sp.track.empty() ? st.track : sp.track, sp.name, sp.cat, sp.t0_us, sp.t1_us, sp.args);
   st.trace.span(st.track, "step", trace_cat::control, res.start_us, res.end_us,
                 {{"sequences", double(req.entries.size())}});
   st.trace.counter(st.track, "gpu cache", {{"bytes", double(st.compute->cache_bytes())}});

@@ -18,6 +18,7 @@
 #include "actors/transfer_event.hpp"
 #include "memory/allocator.hpp"
 #include "model/sampler.hpp"
+#include "actors/trace_event.hpp"
 #include "model/spec_stats.hpp"
 #include "model/specache_stats.hpp"
 
@@ -171,13 +172,21 @@ struct step_output {
   double wait_us = 0;             // time waiting on fetched rows
   spec_decode_stats spec;         // speculative rounds of this step
   // Phases of the compute worth a trace span of their own (a QuantSpec
-  // round's draft and verify), on the trace clock; the worker emits them.
+  // round's draft and verify, SpeCache's per-layer GPU work on its three
+  // streams), on the trace clock; the worker emits them on its own track,
+  // or on `track` where one is named, in category `cat`.
   struct phase_span {
     const char* name = "";
     double t0_us = 0, t1_us = 0;
     std::vector<std::pair<std::string, double>> args;
+    std::string track;
+    const char* cat = trace_cat::compute;
   };
   std::vector<phase_span> spans;
+  // The spans time the device's own work (CUDA events): the worker's span of
+  // the forward then becomes category control, so that `trace summary`
+  // counts the device spans as the compute a transfer hides under.
+  bool device_spans = false;
 };
 
 struct step_result {

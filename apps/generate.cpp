@@ -158,13 +158,10 @@ int generate_main(int argc, char** argv) {
   // pinned memory for Llama-3.1 otherwise).
   const std::int64_t needed =
       std::min(max_context, std::int64_t(req.prompt.size()) + std::int64_t(req.max_tokens));
-  if (device == "cuda" && kv_choice.speculative())
-    return run_generate_cuda(m, req, eos, needed, prompt, kv_choice, gpu_memory,
-                             vm.count("trace") ? trace_file : std::string());
 
   // The actor pipeline: one worker (its compute on the CPU, or cuda_forward
-  // on GPU 0 for full, kivi, hier and quantspec), the host KV store, the
-  // transfer engine and planner, and the tracer with --trace.
+  // on GPU 0), the host KV store, the transfer engine and planner, and the
+  // tracer with --trace.
   actor_runtime runtime;
   pipeline_options popts;
   popts.max_context = needed;
@@ -185,7 +182,7 @@ int generate_main(int argc, char** argv) {
               (qs_opts.gamma.adaptive ? std::string("auto") : std::to_string(qs_opts.gamma.gamma)) +
               " (draft: 4-bit weights + INT4 KV, target: INT8 KV)";
   } else if (device == "cuda") {
-    compute = make_generate_cuda_compute(m, needed, kv_choice, gpu_memory);
+    compute = make_generate_cuda_compute(m, needed, kv_choice, gpu_memory, popts.trace);
     if (kv_choice.format == kv_format::full) kv_text = "full (bf16)";
   } else if (kv_choice.speculative()) {
     compute = make_specache_step_compute(m.config, m.weights, {needed, threads, specache_config_of(kv_choice)});
@@ -201,7 +198,10 @@ int generate_main(int argc, char** argv) {
   std::cout << "\n";
 
   print_timing_line(res, dir.filename().string(), device, kv_text);
-  if (kv_choice.speculative()) print_specache_line(pipe.stats().specache);
+  if (kv_choice.speculative()) {
+    if (device == "cuda") print_gpu_specache_line(m, needed, kv_choice, pipe.stats().specache);
+    else print_specache_line(pipe.stats().specache);
+  }
   if (quantspec) {
     print_spec_line(res.spec);
     std::fprintf(stderr, "[%s%s]\n", describe_draft_memory(m.config, qs_opts.draft).c_str(),

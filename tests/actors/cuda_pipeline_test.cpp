@@ -4,8 +4,8 @@
 // concurrent requests share batched decode steps and still decode what each
 // decodes alone; a worker out of cache slots fails that request only; two
 // GPU workers run side by side; finished sequences leave no cache behind;
-// QuantSpec's rounds through the pipeline decode what the direct rounds
-// decode. Skips without a CUDA device (the option checks run anywhere).
+// QuantSpec's rounds and SpeCache's steps through the pipeline decode what
+// their direct loops decode. Skips without a CUDA device (the option checks run anywhere).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,11 +13,13 @@
 
 #include "actors/actor_runtime.hpp"
 #include "actors/cuda_quantspec_step_compute.hpp"
+#include "actors/cuda_specache_step_compute.hpp"
 #include "actors/cuda_step_compute.hpp"
 #include "actors/pipeline.hpp"
 #include "actors/pipeline_error.hpp"
 #include "model/cuda_forward.hpp"
 #include "model/cuda_quantspec.hpp"
+#include "model/cuda_specache_backend.hpp"
 #include "model/safetensors.hpp"
 #include "model/weights.hpp"
 #include "support/gpu_test.hpp"
@@ -273,6 +275,76 @@ TEST_F(CudaPipeline, QuantSpecRoundsDecodeWhatTheDirectRoundsDecode) {
     EXPECT_LE(o.result.spec.accepted_tokens, o.result.spec.draft_tokens);
   }
   wait_until_empty(p, 0);
+}
+
+kv_mode specache_mode(const char* prefetch) {
+  kv_mode kv = parse_kv_mode("specache", 1, 32, 32);
+  kv.topk = 8;
+  kv.prefetch = std::string(prefetch) == "output" ? specache_prefetch::output : specache_prefetch::speculative;
+  return kv;
+}
+
+// cuda_specache_backend on slot 0 of its own forward, greedy, n tokens.
+std::vector<std::int32_t> direct_specache(int i, std::size_t n, const kv_mode& kv) {
+  const auto& m = model_once();
+  cuda_model gpu(m.config, m.weights, 0);
+  cuda_forward_options o;
+  o.max_context = context;
+  o.kv = kv;
+  o.specache_fetch = true;
+  o.specache_hit_rate = kv.prefetch == specache_prefetch::speculative;
+  cuda_forward fwd(gpu, o);
+  sampling_params greedy;
+  greedy.temperature = 0;
+  cuda_specache_backend b(fwd, 0, greedy, kv.prefetch);
+  b.prefill(prompt_of(i));
+  std::vector<std::int32_t> out{b.pick(0)};
+  while (out.size() < n) {
+    b.step(out.back());
+    out.push_back(b.pick(std::int64_t(out.size())));
+  }
+  return out;
+}
+
+std::shared_ptr<step_compute> specache_compute(int slots, const kv_mode& kv) {
+  cuda_specache_step_options o;
+  o.max_context = context;
+  o.max_sequences = slots;
+  o.kv = kv;
+  return make_cuda_specache_step_compute(model_once().config, model_once().weights, o);
+}
+
+// One request decodes what the direct backend decodes (the same forwards at
+// batch 1); two at once share batched two-row steps, each seeded by its own
+// predecode, and report what they fetched.
+TEST_F(CudaPipeline, SpeCacheStepsDecodeWhatTheDirectStepsDecode) {
+  constexpr int tokens = 60;  // past a few group flushes of 32
+  for (const char* prefetch : {"speculative", "output"}) {
+    SCOPED_TRACE(prefetch);
+    const kv_mode kv = specache_mode(prefetch);
+    actor_runtime rt;
+    {
+      pipeline p(rt.system(), {specache_compute(1, kv)}, options_of(1));
+      const auto r = p.generate(1, request_of(0, tokens), {}, 120s);
+      EXPECT_EQ(r.tokens, direct_specache(0, tokens, kv));
+      wait_until_empty(p, 0);
+    }
+    pipeline p(rt.system(), {specache_compute(2, kv)}, options_of(2));
+    const auto out = run_all(p, 2, tokens);
+    for (const auto& o : out) {
+      ASSERT_TRUE(o.ok) << o.error;
+      EXPECT_EQ(o.result.tokens.size(), std::size_t(tokens));
+    }
+    const auto& s = p.stats().specache;
+    EXPECT_EQ(s.steps, 2 * (tokens - 1));
+    EXPECT_GT(s.rows_fetched, 0);
+    if (kv.prefetch == specache_prefetch::speculative) {
+      EXPECT_GT(s.guesses, 0);
+      EXPECT_GT(s.needed, 0);
+    }
+    EXPECT_LT(p.stats().decode_steps, 2 * (tokens - 1)) << "no step held both sequences";
+    wait_until_empty(p, 0);
+  }
 }
 
 // Host-side option checks: no device needed, nothing allocated.
