@@ -165,11 +165,9 @@ __global__ void __launch_bounds__(int4_threads)
 constexpr int mma_warps = 8;
 constexpr int mma_chunk = 128;  // columns per chunk: 4 lanes x 32
 // Chunks whose codes one warp loads per iteration (U) and the blocks per SM
-// the registers must allow (MINB): v2 = (4, 1), v3 = (2, 2). The first cut,
+// the registers must allow (MINB): v2 = (4, 1), v3 = (2, 3). The first cut,
 // (2 with x prefetched, 1), ran at 18-27% of DRAM bandwidth on llama2-7b
-// shapes (ncu, H200) with 2 blocks per SM; (4, 3) spilled. Since the loads
-// of the next iteration are issued before the current one computes (two
-// stages in registers), v3 at 3 blocks per SM spilled too and runs at 2.
+// shapes (ncu, H200) with 2 blocks per SM; (4, 3) spilled.
 
 __device__ __forceinline__ void mma_bf16(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
                                          unsigned b0, unsigned b1) {
@@ -228,16 +226,15 @@ __global__ void __launch_bounds__(32 * mma_warps, MINB)
   };
   // Weights are constants of the model: the first chunks stream in before
   // waiting for the kernel that writes x (a dependent launch starts while it
-  // drains), and each iteration loads the next chunks before computing its
-  // own, so a warp always has codes in flight.
+  // drains); later iterations load theirs at the top, as before. (Loading
+  // the next iteration's chunks before computing the current ones, two
+  // stages in registers, cost occupancy and measured 25% slower.)
   std::int64_t c0 = warp;
   stage cur;
   if (c0 < chunks) load(c0, cur);
   detail::grid_dependency_wait();  // x (and y, accumulated) come from the kernels before
   for (; c0 < chunks; c0 += std::int64_t(U) * mma_warps) {
-    stage next;
-    const std::int64_t c1 = c0 + std::int64_t(U) * mma_warps;
-    if (c1 < chunks) load(c1, next);
+    if (c0 != warp) load(c0, cur);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const std::int64_t ch = c0 + std::int64_t(u) * mma_warps;
@@ -267,7 +264,6 @@ __global__ void __launch_bounds__(32 * mma_warps, MINB)
       acc[2] += sb * tt[2] + (zb - 128.f * sb) * sx[2];
       acc[3] += sb * tt[3] + (zb - 128.f * sb) * sx[3];
     }
-    cur = next;
   }
   part_s[warp][g][2 * t] = acc[0];
   part_s[warp][g][2 * t + 1] = acc[1];
@@ -351,8 +347,8 @@ void int4_gemv(const int4_gemv_args& a, stream_t s) {
   if (a.version != 1 && a.k % mma_chunk == 0 && a.group % mma_chunk == 0) {
     const bool f32 = a.out == gemm_out::f32;
     if (a.version == 3) {
-      if (f32) launch_mma<true, 2, 2>(a, as_stream(s));
-      else launch_mma<false, 2, 2>(a, as_stream(s));
+      if (f32) launch_mma<true, 2, 3>(a, as_stream(s));
+      else launch_mma<false, 2, 3>(a, as_stream(s));
     } else {
       if (f32) launch_mma<true, 4, 1>(a, as_stream(s));
       else launch_mma<false, 4, 1>(a, as_stream(s));
