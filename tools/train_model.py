@@ -110,6 +110,9 @@ def parse_args(argv):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--smoke", action="store_true",
                     help="tiny model, short contexts, few steps: checks the whole path")
+    ap.add_argument("--init", type=Path, default=None,
+                    help="start from this Hugging Face checkpoint (e.g. models/default) instead of random "
+                         "weights; its vocabulary must be the tokenizer's, and --model is ignored")
     ap.add_argument("--model", default=None, choices=tuple(MODEL_SHAPES),
                     help="model shape (default: 'default', or 'smoke' with --smoke); 'small' "
                          "(2 layers, hidden 128) is for recipe experiments on a CPU")
@@ -597,8 +600,17 @@ def run(args, t_start: float) -> None:
     enc = pk.load_encoder(args.tokenizer, args.data)
     train_hay = pk.Haystack.load(args.data, "train")
     valid_hay = pk.Haystack.load(args.data, "valid")
-    cfg = model_config(meta["vocab_size"], meta["bos_id"], meta["eos_id"], args.model)
-    model = LlamaForCausalLM(cfg).to(device)
+    if args.init is not None:
+        # Warm start: the checkpoint's own shape, in f32 for training.
+        model = LlamaForCausalLM.from_pretrained(args.init, torch_dtype=torch.float32,
+                                                 attn_implementation="sdpa").to(device)
+        if model.config.vocab_size != meta["vocab_size"]:
+            raise SystemExit(f"--init {args.init}: vocabulary {model.config.vocab_size}, but the packed "
+                             f"data's tokenizer has {meta['vocab_size']}")
+        log(f"setup: initialised from {args.init}")
+    else:
+        cfg = model_config(meta["vocab_size"], meta["bos_id"], meta["eos_id"], args.model)
+        model = LlamaForCausalLM(cfg).to(device)
     n_params = sum(p.numel() for p in model.parameters())
     log(f"setup: {n_params / 1e6:.2f}M parameters, {train_tokens.size / 1e6:.1f}M training "
         f"tokens, {valid_tokens.size / 1e6:.2f}M validation tokens, "
@@ -638,7 +650,7 @@ def run(args, t_start: float) -> None:
     print_tables(ev)
     summary = target_summary(ev)
     log(summary)
-    report = {"model": {k: getattr(cfg, k) for k in (
+    report = {"model": {k: getattr(model.config, k) for k in (
                   "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                   "num_attention_heads", "num_key_value_heads", "head_dim",
                   "max_position_embeddings")},
