@@ -201,6 +201,8 @@ int bench_main(int argc, char** argv) {
      "specache (CPU): microseconds added to every gather, emulating a slower host-to-device link")
     ("packed-stages", po::value(&o.packed_stages)->default_value(0),
      "CUDA decode: cp.async stages of the packed attention (2, 3 or 4; 0: per format)")
+    ("draft-gemv", po::value(&o.draft_gemv)->default_value(0),
+     "quantspec (cuda): the draft's 4-bit GEMV version, 2, 3 or 4 (0: the default)")
     ("gamma", po::value(&qso.gamma)->default_value("5"), "quantspec: draft tokens per round, or auto")
     ("weight-group", po::value(&qso.weight_group)->default_value(128),
      "quantspec: columns per scale of the 4-bit draft weights")
@@ -269,6 +271,8 @@ int bench_main(int argc, char** argv) {
   }
   if (o.transfer_latency_us < 0 || o.transfer_latency_us > 1000000)
     throw usage_error("--transfer-latency-us: must be in [0, 1000000], got " + std::to_string(o.transfer_latency_us));
+  if (o.draft_gemv != 0 && (o.draft_gemv < 2 || o.draft_gemv > 4))
+    throw usage_error("--draft-gemv: must be 0 (the default), 2, 3 or 4, got " + std::to_string(o.draft_gemv));
   if (o.packed_stages != 0 && (o.packed_stages < 2 || o.packed_stages > 4))
     throw usage_error("--packed-stages: must be 0 (per format), 2, 3 or 4, got " + std::to_string(o.packed_stages));
   // Decoding runs: --kv picks the full-cache decode, QuantSpec (CPU) and the
@@ -459,6 +463,7 @@ boost::json::value report_json(const bench_options& o, const bench_report& r) {
     for (const auto& m : o.kv_modes) modes.emplace_back(m.format == kv_format::full ? std::string("full") : m.describe());
     root["kv_modes"] = std::move(modes);
     root["packed_stages"] = o.packed_stages;
+    root["draft_gemv"] = o.draft_gemv;
   }
   boost::json::array notes;
   for (const auto& n : r.notes) notes.emplace_back(n);

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "kernels/cuda/gemm.hpp"
+#include "kernels/cuda/int4_gemv.hpp"
 #include "model/config.hpp"
 #include "model/kv_mode.hpp"
 #include "model/sampler.hpp"
@@ -81,6 +82,8 @@ struct cuda_forward_options {
   // its own; where cuBLAS runs the projection (m > 2) the kernel stays.
   bool fuse_swiglu = true;
   bool gemv_k_split = true;  // warps of a block share a row pair over slices of k
+  // The draft's 4-bit GEMV (QuantSpec): int4_gemv_args::version.
+  int int4_gemv_version = kernels::cuda::int4_gemv_args{}.version;
   int gemv_unroll = kernels::cuda::gemv_default_unroll;  // loads per row in flight per lane: 2 or 4
   // Prefill attention on the tensor cores (cuBLAS, scores through a scratch
   // of at most prefill_scratch_bytes) instead of the CUDA-core flash kernel.

@@ -65,6 +65,7 @@ void cuda_forward::impl::proj(const std::uint16_t* in, std::int64_t ldx, const b
     a.n = n;
     a.k = k;
     a.dependent = opt.overlap_launch;
+    a.version = opt.int4_gemv_version;
     kc::int4_gemv(a, st.get());
   }
 }

@@ -15,6 +15,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cuda/async_copy.cuh"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/int4_gemv.hpp"
@@ -183,6 +184,63 @@ __device__ __forceinline__ unsigned offset_pair(unsigned word, int p) {
   return ((word >> (4 * p)) & 0x000F000Fu) | 0x43004300u;
 }
 
+// One 128-column chunk of rows g and g + 8 (codes wa, wb; scale and zero of
+// each in s_raw) against the lane's x columns at xc: the offset product T and
+// the chunk's sum of x on the tensor cores, then acc += s T + (z - 128 s) sum x.
+__device__ __forceinline__ void accumulate_chunk(float (&acc)[4], const uint4& wa, const uint4& wb,
+                                          const unsigned short (&s_raw)[4], const bf16* xc, bool has_x) {
+  constexpr unsigned ones = 0x3F803F80u;  // bf16x2 (1, 1)
+  float tt[4] = {0.f, 0.f, 0.f, 0.f}, sx[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const unsigned a = word_of(wa, i), b = word_of(wb, i);
+    // Columns 8i .. 8i + 7 of the lane's 32, two bf16 per word, paired
+    // (c, c + 4) to match offset_pair: low halves of (x.x, x.z) = columns 0, 4; ...
+    const uint4 xw = has_x ? __ldg(reinterpret_cast<const uint4*>(xc + 8 * i)) : make_uint4(0, 0, 0, 0);
+    const unsigned x0 = __byte_perm(xw.x, xw.z, 0x5410), x1 = __byte_perm(xw.x, xw.z, 0x7632);
+    const unsigned x2 = __byte_perm(xw.y, xw.w, 0x5410), x3 = __byte_perm(xw.y, xw.w, 0x7632);
+    mma_bf16(tt, offset_pair(a, 0), offset_pair(b, 0), offset_pair(a, 1), offset_pair(b, 1), x0, x1);
+    mma_bf16(tt, offset_pair(a, 2), offset_pair(b, 2), offset_pair(a, 3), offset_pair(b, 3), x2, x3);
+    mma_bf16(sx, ones, ones, ones, ones, x0, x1);
+    mma_bf16(sx, ones, ones, ones, ones, x2, x3);
+  }
+  const float sa = __half2float(__ushort_as_half(s_raw[0])), za = __half2float(__ushort_as_half(s_raw[1]));
+  const float sb = __half2float(__ushort_as_half(s_raw[2])), zb = __half2float(__ushort_as_half(s_raw[3]));
+  // C rows g (weights ra) and g + 8 (rb), columns 2t and 2t + 1 (x rows).
+  acc[0] += sa * tt[0] + (za - 128.f * sa) * sx[0];
+  acc[1] += sa * tt[1] + (za - 128.f * sa) * sx[1];
+  acc[2] += sb * tt[2] + (zb - 128.f * sb) * sx[2];
+  acc[3] += sb * tt[3] + (zb - 128.f * sb) * sx[3];
+}
+
+// The block's 16 rows: each warp's partial sums over its chunks, merged in a
+// fixed order through shared memory, then written (or added) to y.
+template <bool OutF32>
+__device__ __forceinline__ void mma_write_rows(float (&part_s)[mma_warps][16][8], const float (&acc)[4], int warp,
+                                               int g, int t, std::int64_t row0, void* __restrict__ y,
+                                               std::int64_t ldy, bool accumulate, int m, std::int64_t n) {
+  part_s[warp][g][2 * t] = acc[0];
+  part_s[warp][g][2 * t + 1] = acc[1];
+  part_s[warp][g + 8][2 * t] = acc[2];
+  part_s[warp][g + 8][2 * t + 1] = acc[3];
+  __syncthreads();
+  if (threadIdx.x < 128) {
+    const int r = threadIdx.x >> 3, i = threadIdx.x & 7;
+    float v = 0.f;
+#pragma unroll
+    for (int w = 0; w < mma_warps; ++w) v += part_s[w][r][i];
+    const std::int64_t row = row0 + r;
+    if (i < m && row < n) {
+      if constexpr (OutF32) {
+        float* yp = static_cast<float*>(y) + i * ldy + row;
+        *yp = accumulate ? *yp + v : v;
+      } else {
+        static_cast<bf16*>(y)[i * ldy + row] = __float2bfloat16(v);
+      }
+    }
+  }
+}
+
 template <bool OutF32, int U, int MINB>
 __global__ void __launch_bounds__(32 * mma_warps, MINB)
     int4_gemv_mma_kernel(const bf16* __restrict__ x, std::int64_t ldx, const std::uint8_t* __restrict__ codes,
@@ -200,7 +258,6 @@ __global__ void __launch_bounds__(32 * mma_warps, MINB)
   const bool has_x = g < m;
   const bf16* xr = x + std::int64_t(has_x ? g : 0) * ldx;
   const std::int64_t chunks = k / mma_chunk;
-  constexpr unsigned ones = 0x3F803F80u;  // bf16x2 (1, 1)
   float acc[4] = {0.f, 0.f, 0.f, 0.f};
 
   // The codes, scales and zeros of U chunks starting at c0 (4 KB per warp at
@@ -239,52 +296,90 @@ __global__ void __launch_bounds__(32 * mma_warps, MINB)
     for (int u = 0; u < U; ++u) {
       const std::int64_t ch = c0 + std::int64_t(u) * mma_warps;
       if (ch >= chunks) break;
-      const bf16* xc = xr + ch * mma_chunk + 32 * t;
-      float tt[4] = {0.f, 0.f, 0.f, 0.f}, sx[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const unsigned a = word_of(cur.wa[u], i), b = word_of(cur.wb[u], i);
-        // Columns 8i .. 8i + 7 of the lane's 32, two bf16 per word, paired
-        // (c, c + 4) to match offset_pair: low halves of (x.x, x.z) = columns 0, 4; ...
-        const uint4 xw = has_x ? __ldg(reinterpret_cast<const uint4*>(xc + 8 * i)) : make_uint4(0, 0, 0, 0);
-        const unsigned x0 = __byte_perm(xw.x, xw.z, 0x5410), x1 = __byte_perm(xw.x, xw.z, 0x7632);
-        const unsigned x2 = __byte_perm(xw.y, xw.w, 0x5410), x3 = __byte_perm(xw.y, xw.w, 0x7632);
-        mma_bf16(tt, offset_pair(a, 0), offset_pair(b, 0), offset_pair(a, 1), offset_pair(b, 1), x0, x1);
-        mma_bf16(tt, offset_pair(a, 2), offset_pair(b, 2), offset_pair(a, 3), offset_pair(b, 3), x2, x3);
-        mma_bf16(sx, ones, ones, ones, ones, x0, x1);
-        mma_bf16(sx, ones, ones, ones, ones, x2, x3);
-      }
-      const float sa = __half2float(__ushort_as_half(cur.s_raw[u][0]));
-      const float za = __half2float(__ushort_as_half(cur.s_raw[u][1]));
-      const float sb = __half2float(__ushort_as_half(cur.s_raw[u][2]));
-      const float zb = __half2float(__ushort_as_half(cur.s_raw[u][3]));
-      // C rows g (weights ra) and g + 8 (rb), columns 2t and 2t + 1 (x rows).
-      acc[0] += sa * tt[0] + (za - 128.f * sa) * sx[0];
-      acc[1] += sa * tt[1] + (za - 128.f * sa) * sx[1];
-      acc[2] += sb * tt[2] + (zb - 128.f * sb) * sx[2];
-      acc[3] += sb * tt[3] + (zb - 128.f * sb) * sx[3];
+      accumulate_chunk(acc, cur.wa[u], cur.wb[u], cur.s_raw[u], xr + ch * mma_chunk + 32 * t, has_x);
     }
   }
-  part_s[warp][g][2 * t] = acc[0];
-  part_s[warp][g][2 * t + 1] = acc[1];
-  part_s[warp][g + 8][2 * t] = acc[2];
-  part_s[warp][g + 8][2 * t + 1] = acc[3];
-  __syncthreads();
-  if (threadIdx.x < 128) {
-    const int r = threadIdx.x >> 3, i = threadIdx.x & 7;
-    float v = 0.f;
+  mma_write_rows<OutF32>(part_s, acc, warp, g, t, row0, y, ldy, accumulate, m, n);
+}
+// v4: the same products with the codes staged through shared memory by
+// cp.async, S chunks deep per warp. Each lane copies exactly the 32 bytes it
+// later reads, so no barrier or shuffle is needed, and the chunks in flight
+// cost shared memory instead of registers (v2's loads sit in registers until
+// used, which capped its resident warps; its second register stage cost
+// more). The scales and zeros of a chunk are loaded when its copy is issued.
+constexpr int staged_depth = 4;
+
+template <bool OutF32, int S>
+__global__ void __launch_bounds__(32 * mma_warps)
+    int4_gemv_staged_kernel(const bf16* __restrict__ x, std::int64_t ldx, const std::uint8_t* __restrict__ codes,
+                            std::int64_t code_stride, const unsigned short* __restrict__ scale,
+                            const unsigned short* __restrict__ zero, std::int64_t group, std::int64_t groups,
+                            void* __restrict__ y, std::int64_t ldy, bool accumulate, int m, std::int64_t n,
+                            std::int64_t k) {
+  __shared__ __align__(16) uint4 stage_s[mma_warps][S][2][32];
+  __shared__ float part_s[mma_warps][16][8];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const std::int64_t row0 = std::int64_t(blockIdx.x) * 16;
+  const std::int64_t ra = min(row0 + g, n - 1), rb = min(row0 + g + 8, n - 1);
+  const std::uint8_t* ca = codes + ra * code_stride;
+  const std::uint8_t* cb = codes + rb * code_stride;
+  const bool has_x = g < m;
+  const bf16* xr = x + std::int64_t(has_x ? g : 0) * ldx;
+  const std::int64_t chunks = k / mma_chunk;
+  const std::int64_t mine = chunks > warp ? (chunks - warp + mma_warps - 1) / mma_warps : 0;  // this warp's
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  unsigned short sr[S][4];
+
+  // The warp's i-th chunk (chunk warp + 8 i) into stage st; one commit group
+  // per call, empty past the warp's chunks, so that wait<S - 1> always
+  // leaves exactly the S - 1 later chunks in flight.
+  auto issue = [&](std::int64_t i, int st) {
+    if (i < mine) {
+      const std::int64_t ch = warp + i * mma_warps;
+      const std::int64_t col = ch * mma_chunk + 32 * t;
+      detail::cp_async16(&stage_s[warp][st][0][lane], ca + col / 2);
+      detail::cp_async16(&stage_s[warp][st][1][lane], cb + col / 2);
+      const std::int64_t gi = ch * mma_chunk / group;
+      sr[st][0] = __ldg(scale + ra * groups + gi);
+      sr[st][1] = __ldg(zero + ra * groups + gi);
+      sr[st][2] = __ldg(scale + rb * groups + gi);
+      sr[st][3] = __ldg(zero + rb * groups + gi);
+    }
+    detail::cp_async_commit();
+  };
+  // Weights only before the wait (a dependent launch starts while the
+  // kernel that writes x drains).
 #pragma unroll
-    for (int w = 0; w < mma_warps; ++w) v += part_s[w][r][i];
-    const std::int64_t row = row0 + r;
-    if (i < m && row < n) {
-      if constexpr (OutF32) {
-        float* yp = static_cast<float*>(y) + i * ldy + row;
-        *yp = accumulate ? *yp + v : v;
-      } else {
-        static_cast<bf16*>(y)[i * ldy + row] = __float2bfloat16(v);
+  for (int st = 0; st < S - 1; ++st) issue(st, st);
+  detail::grid_dependency_wait();  // x (and y, accumulated) come from the kernels before
+  for (std::int64_t base = 0; base < mine; base += S) {
+#pragma unroll
+    for (int st = 0; st < S; ++st) {
+      const std::int64_t i = base + st;
+      issue(i + S - 1, (st + S - 1) % S);
+      detail::cp_async_wait<S - 1>();
+      if (i < mine) {
+        const std::int64_t ch = warp + i * mma_warps;
+        accumulate_chunk(acc, stage_s[warp][st][0][lane], stage_s[warp][st][1][lane], sr[st],
+                  xr + ch * mma_chunk + 32 * t, has_x);
       }
     }
   }
+  detail::cp_async_wait<0>();
+  mma_write_rows<OutF32>(part_s, acc, warp, g, t, row0, y, ldy, accumulate, m, n);
+}
+
+template <bool OutF32>
+void launch_staged(const int4_gemv_args& a, cudaStream_t s) {
+  const dim3 grid(unsigned((a.n + 15) / 16));
+  const std::int64_t groups = (a.k + a.group - 1) / a.group;
+  detail::launch_kernel(
+      int4_gemv_staged_kernel<OutF32, staged_depth>, grid, dim3(32 * mma_warps), 0, s, a.dependent,
+      reinterpret_cast<const bf16*>(a.x), a.ldx, a.codes, a.code_stride,
+      reinterpret_cast<const unsigned short*>(a.scale), reinterpret_cast<const unsigned short*>(a.zero), a.group,
+      groups, a.y, a.ldy, a.accumulate, int(a.m), a.n, a.k);
+  CUDA_CHECK_LAUNCH();
 }
 
 template <bool OutF32, int U, int MINB>
@@ -346,7 +441,10 @@ void int4_gemv(const int4_gemv_args& a, stream_t s) {
                                 " ldx=" + std::to_string(a.ldx));
   if (a.version != 1 && a.k % mma_chunk == 0 && a.group % mma_chunk == 0) {
     const bool f32 = a.out == gemm_out::f32;
-    if (a.version == 3) {
+    if (a.version == 4) {
+      if (f32) launch_staged<true>(a, as_stream(s));
+      else launch_staged<false>(a, as_stream(s));
+    } else if (a.version == 3) {
       if (f32) launch_mma<true, 2, 3>(a, as_stream(s));
       else launch_mma<false, 2, 3>(a, as_stream(s));
     } else {
