@@ -44,6 +44,8 @@ std::unique_ptr<allocator> make_pinned_allocator(pinned_pages) { return make_pin
 
 void* pinned_device_pointer(void* p) { return p; }
 
+int cuda_device_count() { return 0; }
+
 std::unique_ptr<allocator> make_device_allocator(int device) {
   throw memory_error("device memory on CUDA device " + std::to_string(device) +
                      " requested, but this build has no CUDA backend (configure with "

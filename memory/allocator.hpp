@@ -75,6 +75,10 @@ std::unique_ptr<allocator> make_pinned_allocator(pinned_pages pages);
 // read (not Linux, no procfs).
 double huge_page_fraction(const void* p, std::size_t bytes);
 
+// CUDA devices visible to this process (0 in a build or on a machine
+// without CUDA).
+int cuda_device_count();
+
 // Device memory on CUDA ordinal `device`; throws memory_error in a build or on
 // a machine without CUDA.
 std::unique_ptr<allocator> make_device_allocator(int device);

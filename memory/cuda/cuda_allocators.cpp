@@ -235,6 +235,15 @@ void* pinned_device_pointer(void* p) {
   throw memory_error("pinned_device_pointer: the device cannot read host memory at this address");
 }
 
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
 std::unique_ptr<allocator> make_device_allocator(int device) {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || device < 0 || device >= n)

@@ -17,6 +17,7 @@
 #include "actors/cuda_step_compute.hpp"
 #include "actors/pipeline.hpp"
 #include "actors/pipeline_error.hpp"
+#include "memory/allocator.hpp"
 #include "model/cuda_forward.hpp"
 #include "model/cuda_quantspec.hpp"
 #include "model/cuda_specache_backend.hpp"
@@ -62,8 +63,9 @@ pipeline_options options_of(int per_worker) {
   return o;
 }
 
-std::shared_ptr<step_compute> gpu_compute(int slots, kv_mode kv = {}) {
+std::shared_ptr<step_compute> gpu_compute(int slots, kv_mode kv = {}, int device = 0) {
   cuda_step_options o;
+  o.device = device;
   o.max_context = context;
   o.max_sequences = slots;
   o.kv = kv;
@@ -370,6 +372,23 @@ TEST(CudaQuantSpecStepCompute, RefusesWhatTheGpuRoundsCannotRun) {
   o = quantspec_options(1);
   o.max_context = 0;
   expect_refused(o, "max_context");
+}
+
+// One worker per GPU: each binds its own device at every step, and both
+// decode what the direct loop on GPU 0 decodes (the same kernels on the same
+// card model).
+TEST_F(CudaPipeline, WorkersOnTwoGpusServeAtOnce) {
+  if (cuda_device_count() < 2) GTEST_SKIP() << "needs two CUDA devices, " << cuda_device_count() << " visible";
+  const auto want0 = direct(0, 16), want1 = direct(1, 16);
+  actor_runtime rt;
+  pipeline p(rt.system(), {gpu_compute(1, {}, 0), gpu_compute(1, {}, 1)}, options_of(1));
+  const auto out = run_all(p, 2, 16);
+  ASSERT_TRUE(out[0].ok) << out[0].error;
+  ASSERT_TRUE(out[1].ok) << out[1].error;
+  EXPECT_EQ(out[0].result.tokens, want0);
+  EXPECT_EQ(out[1].result.tokens, want1);
+  wait_until_empty(p, 0);
+  wait_until_empty(p, 1);
 }
 
 TEST(CudaStepCompute, SpeCacheIsRefusedWithTheReason) {
