@@ -382,6 +382,169 @@ void launch_staged(const int4_gemv_args& a, cudaStream_t s) {
   CUDA_CHECK_LAUNCH();
 }
 
+// v5: v4's staging with fewer instructions per code. x is converted once per
+// block into shared memory as f16 pairs in the order the MMA takes them
+// ((c, c + 4) of each 8 columns), with each chunk's sums over its even and
+// odd columns; the codes are read as f16 1024 + q (nibbles at bits 0-3 of a
+// half) or 1024 + 16 q (bits 4-7), so a word needs one shift instead of one
+// per nibble pair, and x needs neither byte permutes nor MMAs for its sums.
+// The unit-1 pairs (columns 0, 2, 4, 6 of each 8) and the unit-16 pairs
+// (1, 3, 5, 7) accumulate apart: T = (tA - 1024 sum_even x) + (tB - 1024
+// sum_odd x) / 16. x is rounded to f16 (exact for bf16 values within f16's
+// range; an activation beyond 65504 would overflow, so v5 is a switch).
+// For m <= 2 rows of x (the draft's batch 1 and 2); else v4 runs.
+constexpr int f16_max_rows = 2;
+constexpr int f16_max_dyn_smem = 96 * 1024;
+
+__device__ __forceinline__ unsigned f16_unit1(unsigned w) { return (w & 0x000F000Fu) | 0x64006400u; }
+__device__ __forceinline__ unsigned f16_unit16(unsigned w) { return (w & 0x00F000F0u) | 0x64006400u; }
+
+__device__ __forceinline__ void mma_f16(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                        unsigned b0, unsigned b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+std::size_t f16_dyn_smem(std::int64_t m, std::int64_t k) {
+  return std::size_t(m) * std::size_t(k) * 2 + std::size_t(k / mma_chunk) * 8 * 2 * sizeof(float);
+}
+
+template <bool OutF32, int S>
+__global__ void __launch_bounds__(32 * mma_warps)
+    int4_gemv_f16_kernel(const bf16* __restrict__ x, std::int64_t ldx, const std::uint8_t* __restrict__ codes,
+                         std::int64_t code_stride, const unsigned short* __restrict__ scale,
+                         const unsigned short* __restrict__ zero, std::int64_t group, std::int64_t groups,
+                         void* __restrict__ y, std::int64_t ldy, bool accumulate, int m, std::int64_t n,
+                         std::int64_t k) {
+  extern __shared__ __align__(16) unsigned char dyn_s[];
+  __shared__ __align__(16) uint4 stage_s[mma_warps][S][2][32];
+  __shared__ float part_s[mma_warps][16][8];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const std::int64_t row0 = std::int64_t(blockIdx.x) * 16;
+  const std::int64_t ra = min(row0 + g, n - 1), rb = min(row0 + g + 8, n - 1);
+  const std::uint8_t* ca = codes + ra * code_stride;
+  const std::uint8_t* cb = codes + rb * code_stride;
+  const std::int64_t chunks = k / mma_chunk, groups8 = k / 8;
+  const std::int64_t mine = chunks > warp ? (chunks - warp + mma_warps - 1) / mma_warps : 0;
+  uint4* xs = reinterpret_cast<uint4*>(dyn_s);                              // [m][k / 8] f16 pairs
+  float* sums = reinterpret_cast<float*>(dyn_s + std::size_t(m) * k * 2);  // [chunks][8 rows][even, odd]
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  unsigned short sr[S][4];
+
+  auto issue = [&](std::int64_t i, int st) {
+    if (i < mine) {
+      const std::int64_t ch = warp + i * mma_warps;
+      const std::int64_t col = ch * mma_chunk + 32 * t;
+      detail::cp_async16(&stage_s[warp][st][0][lane], ca + col / 2);
+      detail::cp_async16(&stage_s[warp][st][1][lane], cb + col / 2);
+      const std::int64_t gi = ch * mma_chunk / group;
+      sr[st][0] = __ldg(scale + ra * groups + gi);
+      sr[st][1] = __ldg(zero + ra * groups + gi);
+      sr[st][2] = __ldg(scale + rb * groups + gi);
+      sr[st][3] = __ldg(zero + rb * groups + gi);
+    }
+    detail::cp_async_commit();
+  };
+#pragma unroll
+  for (int st = 0; st < S - 1; ++st) issue(st, st);
+  detail::grid_dependency_wait();  // x (and y, accumulated) come from the kernels before
+
+  // x into shared memory, one thread per 8 columns of a row; the 16 threads
+  // of a chunk (aligned: 16 divides k / 8) sum its even and odd columns.
+  for (std::int64_t i = threadIdx.x; i < std::int64_t(chunks) * 16; i += blockDim.x) {
+    const std::int64_t ch = i / 16;
+    const int r = int(i % 16);
+    if (r >= m && r < 8) sums[(ch * 8 + r) * 2] = sums[(ch * 8 + r) * 2 + 1] = 0.f;
+  }
+  for (std::int64_t u = threadIdx.x; u < std::int64_t(m) * groups8; u += blockDim.x) {
+    const int r = int(u / groups8);
+    const std::int64_t c8 = u - std::int64_t(r) * groups8;
+    float f[8];
+    detail::bf16x8_to_f32(__ldg(reinterpret_cast<const uint4*>(x + r * ldx + c8 * 8)), f);
+    __half h[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) h[e] = __float2half_rn(f[e]);
+    uint4 v;
+    const __half2 p0 = __halves2half2(h[0], h[4]), p1 = __halves2half2(h[1], h[5]);
+    const __half2 p2 = __halves2half2(h[2], h[6]), p3 = __halves2half2(h[3], h[7]);
+    v.x = *reinterpret_cast<const unsigned*>(&p0);
+    v.y = *reinterpret_cast<const unsigned*>(&p1);
+    v.z = *reinterpret_cast<const unsigned*>(&p2);
+    v.w = *reinterpret_cast<const unsigned*>(&p3);
+    xs[u] = v;
+    float even = __half2float(h[0]) + __half2float(h[2]) + __half2float(h[4]) + __half2float(h[6]);
+    float odd = __half2float(h[1]) + __half2float(h[3]) + __half2float(h[5]) + __half2float(h[7]);
+    const unsigned mask = __activemask();
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) {
+      even += __shfl_xor_sync(mask, even, o);
+      odd += __shfl_xor_sync(mask, odd, o);
+    }
+    if ((c8 & 15) == 0) {
+      const std::int64_t ch = c8 / 16;
+      sums[(ch * 8 + r) * 2] = even;
+      sums[(ch * 8 + r) * 2 + 1] = odd;
+    }
+  }
+  __syncthreads();
+
+  const bool has_x = g < m;
+  const uint4* xl = xs + std::int64_t(has_x ? g : 0) * groups8 + 4 * t;
+  for (std::int64_t base = 0; base < mine; base += S) {
+#pragma unroll
+    for (int st = 0; st < S; ++st) {
+      const std::int64_t i = base + st;
+      issue(i + S - 1, (st + S - 1) % S);
+      detail::cp_async_wait<S - 1>();
+      if (i >= mine) continue;
+      const std::int64_t ch = warp + i * mma_warps;
+      const uint4 wa = stage_s[warp][st][0][lane], wb = stage_s[warp][st][1][lane];
+      float ta[4] = {0.f, 0.f, 0.f, 0.f}, tb[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        const unsigned a = word_of(wa, w), b = word_of(wb, w), a8 = a >> 8, b8 = b >> 8;
+        const uint4 xv = has_x ? xl[ch * 16 + w] : make_uint4(0, 0, 0, 0);
+        mma_f16(ta, f16_unit1(a), f16_unit1(b), f16_unit1(a8), f16_unit1(b8), xv.x, xv.z);
+        mma_f16(tb, f16_unit16(a), f16_unit16(b), f16_unit16(a8), f16_unit16(b8), xv.y, xv.w);
+      }
+      // Columns of the accumulators: x rows 2t and 2t + 1.
+      const float4 sv = *reinterpret_cast<const float4*>(sums + (ch * 8 + 2 * t) * 2);
+      const float sa = __half2float(__ushort_as_half(sr[st][0])), za = __half2float(__ushort_as_half(sr[st][1]));
+      const float sb = __half2float(__ushort_as_half(sr[st][2])), zb = __half2float(__ushort_as_half(sr[st][3]));
+      const float e[2] = {sv.x, sv.z}, o[2] = {sv.y, sv.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int c = j & 1;
+        const float tq = (ta[j] - 1024.f * e[c]) + (tb[j] - 1024.f * o[c]) * 0.0625f;  // sum q x
+        acc[j] += (j < 2 ? sa : sb) * tq + (j < 2 ? za : zb) * (e[c] + o[c]);
+      }
+    }
+  }
+  detail::cp_async_wait<0>();
+  mma_write_rows<OutF32>(part_s, acc, warp, g, t, row0, y, ldy, accumulate, m, n);
+}
+
+template <bool OutF32>
+void launch_f16(const int4_gemv_args& a, cudaStream_t s) {
+  static const bool configured = [] {
+    CUDA_CHECK(cudaFuncSetAttribute(int4_gemv_f16_kernel<OutF32, staged_depth>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, f16_max_dyn_smem));
+    return true;
+  }();
+  (void)configured;
+  const dim3 grid(unsigned((a.n + 15) / 16));
+  const std::int64_t groups = (a.k + a.group - 1) / a.group;
+  detail::launch_kernel(
+      int4_gemv_f16_kernel<OutF32, staged_depth>, grid, dim3(32 * mma_warps), f16_dyn_smem(a.m, a.k), s,
+      a.dependent, reinterpret_cast<const bf16*>(a.x), a.ldx, a.codes, a.code_stride,
+      reinterpret_cast<const unsigned short*>(a.scale), reinterpret_cast<const unsigned short*>(a.zero), a.group,
+      groups, a.y, a.ldy, a.accumulate, int(a.m), a.n, a.k);
+  CUDA_CHECK_LAUNCH();
+}
+
 template <bool OutF32, int U, int MINB>
 void launch_mma(const int4_gemv_args& a, cudaStream_t s) {
   const dim3 grid(unsigned((a.n + 15) / 16));
@@ -441,7 +604,10 @@ void int4_gemv(const int4_gemv_args& a, stream_t s) {
                                 " ldx=" + std::to_string(a.ldx));
   if (a.version != 1 && a.k % mma_chunk == 0 && a.group % mma_chunk == 0) {
     const bool f32 = a.out == gemm_out::f32;
-    if (a.version == 4) {
+    if (a.version == 5 && a.m <= f16_max_rows && f16_dyn_smem(a.m, a.k) <= std::size_t(f16_max_dyn_smem)) {
+      if (f32) launch_f16<true>(a, as_stream(s));
+      else launch_f16<false>(a, as_stream(s));
+    } else if (a.version >= 4) {
       if (f32) launch_staged<true>(a, as_stream(s));
       else launch_staged<false>(a, as_stream(s));
     } else if (a.version == 3) {
