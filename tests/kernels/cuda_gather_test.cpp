@@ -27,7 +27,7 @@ class CudaGather : public test::gpu_test {};
 // Random rows with everything the kernels must survive: first and last rows,
 // a duplicate, an ascending run longer than a warp's tile, a descending
 // stretch.
-std::vector<std::int64_t> hostile_rows(std::mt19937_64& rng, std::int64_t store_rows, std::size_t n) {
+[[maybe_unused]] std::vector<std::int64_t> hostile_rows(std::mt19937_64& rng, std::int64_t store_rows, std::size_t n) {
   std::uniform_int_distribution<std::int64_t> pick(0, store_rows - 1);
   std::vector<std::int64_t> rows(n);
   for (auto& r : rows) r = pick(rng);
