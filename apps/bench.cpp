@@ -202,7 +202,7 @@ int bench_main(int argc, char** argv) {
     ("packed-stages", po::value(&o.packed_stages)->default_value(0),
      "CUDA decode: cp.async stages of the packed attention (2, 3 or 4; 0: per format)")
     ("draft-gemv", po::value(&o.draft_gemv)->default_value(0),
-     "quantspec (cuda): the draft's 4-bit GEMV version, 2 to 5 (0: the default)")
+     "quantspec (cuda): the draft's 4-bit GEMV version, 2, 3 or 4 (0: the default)")
     ("gamma", po::value(&qso.gamma)->default_value("5"), "quantspec: draft tokens per round, or auto")
     ("weight-group", po::value(&qso.weight_group)->default_value(128),
      "quantspec: columns per scale of the 4-bit draft weights")
@@ -271,8 +271,8 @@ int bench_main(int argc, char** argv) {
   }
   if (o.transfer_latency_us < 0 || o.transfer_latency_us > 1000000)
     throw usage_error("--transfer-latency-us: must be in [0, 1000000], got " + std::to_string(o.transfer_latency_us));
-  if (o.draft_gemv != 0 && (o.draft_gemv < 2 || o.draft_gemv > 5))
-    throw usage_error("--draft-gemv: must be 0 (the default), 2, 3, 4 or 5, got " + std::to_string(o.draft_gemv));
+  if (o.draft_gemv != 0 && (o.draft_gemv < 2 || o.draft_gemv > 4))
+    throw usage_error("--draft-gemv: must be 0 (the default), 2, 3 or 4, got " + std::to_string(o.draft_gemv));
   if (o.packed_stages != 0 && (o.packed_stages < 2 || o.packed_stages > 4))
     throw usage_error("--packed-stages: must be 0 (per format), 2, 3 or 4, got " + std::to_string(o.packed_stages));
   // Decoding runs: --kv picks the full-cache decode, QuantSpec (CPU) and the

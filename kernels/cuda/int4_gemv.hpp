@@ -24,12 +24,11 @@ struct int4_gemv_args {
   gemm_out out = gemm_out::bf16;
   bool accumulate = false;
   std::int64_t m = 0, n = 0, k = 0;
-  // 2 (default) to 5: the tensor-core kernel where k and group are
+  // 2 (default), 3 and 4: the tensor-core kernel where k and group are
   // multiples of 128 (v2: 4 chunks in flight per warp in registers, v3: 2
   // and more resident blocks, v4: 3 chunks in flight per warp through
-  // shared memory by cp.async, v5: v4 with x staged once per block as f16
-  // and codes read as f16, for m <= 2 (v4 above)), else v1; 1: always v1
-  // (CUDA-core FMAs). The bench times each (--kernels --gemv-only).
+  // shared memory by cp.async), else v1; 1: always v1 (CUDA-core FMAs). The
+  // bench times each (--kernels --gemv-only).
   int version = 2;
   bool dependent = false;  // a programmatic dependent launch (kernels/cuda/launch.cuh)
 };
