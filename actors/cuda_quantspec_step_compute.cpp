@@ -1,13 +1,12 @@
 #include "actors/cuda_quantspec_step_compute.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <stdexcept>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
-#include "actors/trace_event.hpp"
+#include "actors/cuda_slot_table.hpp"
+#include "actors/quantspec_step_compute.hpp"
 #include "model/cuda_forward.hpp"
 #include "model/cuda_quantspec.hpp"
 
@@ -40,9 +39,9 @@ cuda_forward_options forward_options(const cuda_quantspec_step_options& o) {
   return f;
 }
 
-// One sequence: its slot and the rounds' driver (sampler, gamma controller).
+// A sequence's state beside its slot: the rounds' driver (sampler, gamma
+// controller).
 struct gpu_sequence {
-  int slot = 0;
   std::unique_ptr<cuda_quantspec> qs;
 };
 
@@ -51,9 +50,9 @@ class cuda_quantspec_step_compute final : public step_compute {
   cuda_quantspec_step_compute(const model_config& config, const model_weights& weights,
                               const cuda_quantspec_step_options& opts)
       : config_(config), opts_(opts), fwd_opts_(forward_options(opts)), model_(make_model(config, weights, opts)),
-        fwd_(*model_, fwd_opts_) {
+        fwd_(*model_, fwd_opts_),
+        table_(opts.max_sequences) {
     gamma_controller check(gamma_of(opts.gamma));  // bad gamma options fail here, not at the first request
-    for (int s = opts.max_sequences - 1; s >= 0; --s) free_.push_back(s);
   }
 
   compute_shape shape() const override {
@@ -68,56 +67,29 @@ class cuda_quantspec_step_compute final : public step_compute {
     fwd_.bind_thread();
     if (e.tokens.empty()) throw std::runtime_error("a step without tokens");
     if (e.phase == seq_phase::prefill) {
-      gpu_sequence& s = start(e);
-      check_step_entry(e, fwd_.length(s.slot), opts_.max_context);
-      out.tokens.assign(1, s.qs->prefill(s.slot, e.tokens));
-      out.cache_length = fwd_.length(s.slot);
+      const auto& [slot, s] = start(e);
+      check_step_entry(e, fwd_.length(slot), opts_.max_context);
+      out.tokens.assign(1, s.qs->prefill(slot, e.tokens));
+      out.cache_length = fwd_.length(slot);
       return;
     }
-    const auto it = seqs_.find(e.seq);
-    if (it == seqs_.end()) throw std::runtime_error("decode step for a sequence without a cache (no prefill ran)");
-    gpu_sequence& s = it->second;
-    check_step_entry(e, fwd_.length(s.slot), opts_.max_context);
+    const auto& [slot, s] = table_.of(e.seq);
+    check_step_entry(e, fwd_.length(slot), opts_.max_context);
     if (e.tokens.size() != 1)
       throw std::runtime_error("a QuantSpec round starts from one pending token, got " +
                                std::to_string(e.tokens.size()));
-    const int slot = s.slot;
-    const quantspec_round r = s.qs->round({&slot, 1}, {&e.tokens[0], 1}).front();
-    out.tokens = r.tokens;
-    out.spec.add_round(r.drafted, r.accepted, r.draft_seconds(), r.verify_seconds());
-    const auto us = [](std::chrono::steady_clock::time_point t) {
-      return trace_now_us() -
-             std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t).count();
-    };
-    if (r.drafted > 0)
-      out.spans.push_back({"draft", us(r.draft_begin), us(r.verify_begin),
-                           {{"seq", double(e.seq)}, {"gamma", double(r.drafted)}}});
-    out.spans.push_back({"verify", us(r.verify_begin), us(r.verify_end),
-                         {{"seq", double(e.seq)}, {"tokens", double(r.drafted + 1)}, {"accepted", double(r.accepted)}}});
+    record_round(s.qs->round({&slot, 1}, {&e.tokens[0], 1}).front(), e.seq, out);
     out.cache_length = fwd_.length(slot);
   }
 
   void release(seq_id seq) override {
-    const auto it = seqs_.find(seq);
-    if (it == seqs_.end()) return;
     fwd_.bind_thread();
-    fwd_.truncate(it->second.slot, 0);
-    free_.push_back(it->second.slot);
-    seqs_.erase(it);
+    if (const int slot = table_.release(seq); slot >= 0) fwd_.truncate(slot, 0);
   }
-  std::int64_t sequences() const override { return std::int64_t(seqs_.size()); }
+  std::int64_t sequences() const override { return table_.size(); }
   // Packed tokens at the hierarchical cache's bytes per token (both nibble
   // planes), window tokens as bf16 rows.
-  std::int64_t cache_bytes() const override {
-    const double packed = cuda_forward::kv_bytes_per_token(config_, fwd_opts_.kv);
-    const double rows = double(cuda_forward::kv_bytes_per_token(config_));
-    double b = 0;
-    for (const auto& [seq, s] : seqs_) {
-      const std::int64_t q = fwd_.quantized(s.slot), len = fwd_.length(s.slot);
-      b += double(q) * packed + double(len - q) * rows;
-    }
-    return std::int64_t(b);
-  }
+  std::int64_t cache_bytes() const override { return table_.cache_bytes(fwd_, config_, fwd_opts_.kv); }
 
  private:
   static gamma_options gamma_of(gamma_options g) {
@@ -131,29 +103,17 @@ class cuda_quantspec_step_compute final : public step_compute {
     return m;
   }
 
-  // A prefill starts the sequence afresh in a free slot (or its own).
-  gpu_sequence& start(const step_entry& e) {
-    int slot;
-    if (const auto it = seqs_.find(e.seq); it != seqs_.end()) {
-      slot = it->second.slot;
-      seqs_.erase(it);
-    } else {
-      if (free_.empty())
-        throw std::runtime_error("all " + std::to_string(opts_.max_sequences) +
-                                 " sequence slots of this GPU worker are in use");
-      slot = free_.back();
-      free_.pop_back();
-    }
-    fwd_.truncate(slot, 0);
-    gpu_sequence s;
-    s.slot = slot;
+  // A prefill starts the sequence afresh in its slot (or a free one).
+  cuda_slot_table<gpu_sequence>::entry& start(const step_entry& e) {
+    auto& entry = table_.start(e.seq);
+    fwd_.truncate(entry.slot, 0);
     try {
-      s.qs = std::make_unique<cuda_quantspec>(fwd_, e.sampling, gamma_of(opts_.gamma));
+      entry.state.qs = std::make_unique<cuda_quantspec>(fwd_, e.sampling, gamma_of(opts_.gamma));
     } catch (...) {
-      free_.push_back(slot);
+      table_.release(e.seq);
       throw;
     }
-    return seqs_.emplace(e.seq, std::move(s)).first->second;
+    return entry;
   }
 
   model_config config_;
@@ -161,8 +121,7 @@ class cuda_quantspec_step_compute final : public step_compute {
   cuda_forward_options fwd_opts_;
   std::unique_ptr<cuda_model> model_;
   cuda_forward fwd_;
-  std::unordered_map<seq_id, gpu_sequence> seqs_;
-  std::vector<int> free_;
+  cuda_slot_table<gpu_sequence> table_;
 };
 
 }  // namespace

@@ -2,9 +2,9 @@
 
 #include <stdexcept>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
+#include "actors/cuda_slot_table.hpp"
 #include "actors/trace_event.hpp"
 #include "model/cuda_forward.hpp"
 
@@ -27,10 +27,9 @@ cuda_forward_options forward_options(const cuda_specache_step_options& o) {
   return f;
 }
 
-// A sequence: its slot, its sampling and picks so far (the device sampler's
-// draw counter), and the speculative token of its next step.
+// A sequence's state beside its slot: its sampling and picks so far (the
+// device sampler's draw counter), and the speculative token of its next step.
 struct gpu_sequence {
-  int slot = 0;
   sampling_params sampling;
   std::uint64_t picks = 0;
   bool have_spec = false;  // a predecode seeded the slot's rows
@@ -48,9 +47,8 @@ class cuda_specache_step_compute final : public step_compute {
         fwd_opts_(forward_options(opts)),
         model_(config, weights, opts.device),
         fwd_(model_, fwd_opts_),
-        track_base_("cuda " + std::to_string(opts.device) + " ") {
-    for (int s = opts.max_sequences - 1; s >= 0; --s) free_.push_back(s);
-  }
+        track_base_("cuda " + std::to_string(opts.device) + " "),
+        table_(opts.max_sequences) {}
 
   compute_shape shape() const override {
     compute_shape s{int(config_.num_hidden_layers), int(config_.num_key_value_heads), int(config_.head_dim),
@@ -78,9 +76,7 @@ class cuda_specache_step_compute final : public step_compute {
           prefill(e, out);
           continue;
         }
-        const auto it = seqs_.find(e.seq);
-        if (it == seqs_.end()) throw std::runtime_error("decode step for a sequence without a cache (no prefill ran)");
-        check_step_entry(e, fwd_.length(it->second.slot), opts_.max_context);
+        check_step_entry(e, fwd_.length(table_.of(e.seq).slot), opts_.max_context);
         if (e.tokens.size() != 1)
           throw std::runtime_error("a SpeCache step continues from one token, got " + std::to_string(e.tokens.size()));
         batch_.push_back(i);
@@ -92,39 +88,30 @@ class cuda_specache_step_compute final : public step_compute {
   }
 
   void release(seq_id seq) override {
-    const auto it = seqs_.find(seq);
-    if (it == seqs_.end()) return;
     fwd_.bind_thread();
-    fwd_.truncate(it->second.slot, 0);
-    free_.push_back(it->second.slot);
-    seqs_.erase(it);
+    if (const int slot = table_.release(seq); slot >= 0) fwd_.truncate(slot, 0);
   }
-  std::int64_t sequences() const override { return std::int64_t(seqs_.size()); }
-  // Device bytes of the sequences' tokens: the low-bit copy at its bytes
-  // per token, window tokens as bf16 rows (the 16-bit store is host memory).
-  std::int64_t cache_bytes() const override {
-    const double packed = cuda_forward::kv_bytes_per_token(config_, opts_.kv);
-    const double rows = double(cuda_forward::kv_bytes_per_token(config_));
-    double b = 0;
-    for (const auto& [seq, s] : seqs_) {
-      const std::int64_t q = fwd_.quantized(s.slot), len = fwd_.length(s.slot);
-      b += double(q) * packed + double(len - q) * rows;
-    }
-    return std::int64_t(b);
-  }
+  std::int64_t sequences() const override { return table_.size(); }
+  // The low-bit copy and the window on the device (the 16-bit store is host memory).
+  std::int64_t cache_bytes() const override { return table_.cache_bytes(fwd_, config_, opts_.kv); }
 
  private:
+  // A prefill starts the sequence afresh in its slot (or a free one).
   void prefill(const step_entry& e, step_output& out) {
-    gpu_sequence& s = start(e);
-    check_step_entry(e, fwd_.length(s.slot), opts_.max_context);
+    auto& entry = table_.start(e.seq);
+    const int slot = entry.slot;
+    gpu_sequence& s = entry.state;
+    s.sampling = e.sampling;
+    fwd_.truncate(slot, 0);
+    check_step_entry(e, fwd_.length(slot), opts_.max_context);
     out.compute_start_us = trace_now_us();
-    fwd_.prefill(s.slot, e.tokens);
+    fwd_.prefill(slot, e.tokens);
     std::int32_t t = 0;
     fwd_.select(s.sampling, s.picks++, {&t, 1});
     out.compute_end_us = trace_now_us();
     out.compute_us = out.compute_end_us - out.compute_start_us;
     out.tokens.assign(1, t);
-    out.cache_length = fwd_.length(s.slot);
+    out.cache_length = fwd_.length(slot);
   }
 
   // The decode entries batch_ of the step as one forward.
@@ -135,8 +122,7 @@ class cuda_specache_step_compute final : public step_compute {
     specs_.resize(n);
     picked_.resize(n);
     for (std::size_t k = 0; k < n; ++k) {
-      const gpu_sequence& s = seqs_.at(entries[batch_[k]].seq);
-      slots_[k] = s.slot;
+      slots_[k] = table_.of(entries[batch_[k]].seq).slot;
       tokens_[k] = entries[batch_[k]].tokens[0];
     }
     const std::int64_t rows_before = fwd_.specache_rows_fetched();
@@ -149,14 +135,14 @@ class cuda_specache_step_compute final : public step_compute {
         for (std::size_t k = 0; k < n; ++k) pick_real(entries, k, std::int64_t(k));
       } else {
         seed_new_sequences(entries);
-        for (std::size_t k = 0; k < n; ++k) specs_[k] = seqs_.at(entries[batch_[k]].seq).spec;
+        for (std::size_t k = 0; k < n; ++k) specs_[k] = sequence(entries, k).spec;
         fwd_.specache_step(slots_, tokens_, specs_);
         sampling_params greedy;
         greedy.temperature = 0.f;
         for (std::size_t k = 0; k < n; ++k) {
           pick_real(entries, k, std::int64_t(2 * k));
-          gpu_sequence& s = seqs_.at(entries[batch_[k]].seq);
-          const std::int64_t pos = fwd_.length(s.slot) - 1;  // the real token's position
+          gpu_sequence& s = sequence(entries, k);
+          const std::int64_t pos = fwd_.length(slots_[k]) - 1;  // the real token's position
           if (s.guess_pos == pos) {
             ++outs[batch_[k]].specache.guesses;
             if (s.guess == tokens_[k]) ++outs[batch_[k]].specache.guess_hits;
@@ -196,9 +182,14 @@ class cuda_specache_step_compute final : public step_compute {
     }
   }
 
+  // The state of batch entry k's sequence.
+  gpu_sequence& sequence(std::span<const step_entry> entries, std::size_t k) {
+    return table_.of(entries[batch_[k]].seq).state;
+  }
+
   // The real row of batch entry k (logits row `row`) with its request's sampling.
   void pick_real(std::span<const step_entry> entries, std::size_t k, std::int64_t row) {
-    gpu_sequence& s = seqs_.at(entries[batch_[k]].seq);
+    gpu_sequence& s = sequence(entries, k);
     fwd_.select(s.sampling, s.picks++, {&picked_[k], 1}, row, 1);
   }
 
@@ -210,7 +201,7 @@ class cuda_specache_step_compute final : public step_compute {
     seed_tokens_.clear();
     seed_index_.clear();
     for (std::size_t k = 0; k < batch_.size(); ++k)
-      if (!seqs_.at(entries[batch_[k]].seq).have_spec) {
+      if (!sequence(entries, k).have_spec) {
         seed_slots_.push_back(slots_[k]);
         seed_tokens_.push_back(tokens_[k]);
         seed_index_.push_back(k);
@@ -222,7 +213,7 @@ class cuda_specache_step_compute final : public step_compute {
     greedy.temperature = 0.f;
     fwd_.select(greedy, 0, seed_specs_);
     for (std::size_t j = 0; j < seed_index_.size(); ++j) {
-      gpu_sequence& s = seqs_.at(entries[batch_[seed_index_[j]]].seq);
+      gpu_sequence& s = sequence(entries, seed_index_[j]);
       s.spec = seed_specs_[j];
       s.have_spec = true;
     }
@@ -246,34 +237,13 @@ class cuda_specache_step_compute final : public step_compute {
     }
   }
 
-  // A prefill starts the sequence afresh in a free slot (or its own).
-  gpu_sequence& start(const step_entry& e) {
-    int slot;
-    if (const auto it = seqs_.find(e.seq); it != seqs_.end()) {
-      slot = it->second.slot;
-      seqs_.erase(it);
-    } else {
-      if (free_.empty())
-        throw std::runtime_error("all " + std::to_string(opts_.max_sequences) +
-                                 " sequence slots of this GPU worker are in use");
-      slot = free_.back();
-      free_.pop_back();
-    }
-    fwd_.truncate(slot, 0);
-    gpu_sequence s;
-    s.slot = slot;
-    s.sampling = e.sampling;
-    return seqs_.emplace(e.seq, s).first->second;
-  }
-
   model_config config_;
   cuda_specache_step_options opts_;
   cuda_forward_options fwd_opts_;
   cuda_model model_;
   cuda_forward fwd_;
   std::string track_base_;
-  std::unordered_map<seq_id, gpu_sequence> seqs_;
-  std::vector<int> free_;
+  cuda_slot_table<gpu_sequence> table_;
   // Per-step scratch, kept so that steps do not allocate.
   std::vector<std::size_t> batch_, seed_index_;
   std::vector<int> slots_, seed_slots_;

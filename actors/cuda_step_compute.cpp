@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
+#include "actors/cuda_slot_table.hpp"
 #include "actors/trace_event.hpp"
 #include "model/cuda_forward.hpp"
 
@@ -32,9 +32,8 @@ class cuda_step_compute final : public step_compute {
         opts_(opts),
         fwd_opts_(forward_options(opts)),
         model_(config, weights, opts.device),
-        fwd_(model_, fwd_opts_) {
-    for (int s = opts.max_sequences - 1; s >= 0; --s) free_.push_back(s);
-  }
+        fwd_(model_, fwd_opts_),
+        slots_(opts.max_sequences) {}
 
   compute_shape shape() const override {
     return {int(config_.num_hidden_layers), int(config_.num_key_value_heads), int(config_.head_dim),
@@ -105,40 +104,20 @@ class cuda_step_compute final : public step_compute {
   }
 
   void release(seq_id seq) override {
-    const auto it = slots_.find(seq);
-    if (it == slots_.end()) return;
     fwd_.bind_thread();
-    fwd_.truncate(it->second, 0);
-    free_.push_back(it->second);
-    slots_.erase(it);
+    if (const int slot = slots_.release(seq); slot >= 0) fwd_.truncate(slot, 0);
   }
-  std::int64_t sequences() const override { return std::int64_t(slots_.size()); }
-  // Device bytes the sequences' tokens occupy: packed tokens at the mode's
-  // bytes per token, window (or full-cache) tokens as bf16 rows.
-  std::int64_t cache_bytes() const override {
-    const double packed = cuda_forward::kv_bytes_per_token(config_, opts_.kv);
-    const double rows = double(cuda_forward::kv_bytes_per_token(config_));
-    double b = 0;
-    for (const auto& [seq, slot] : slots_) {
-      const std::int64_t q = fwd_.quantized(slot), len = fwd_.length(slot);
-      b += double(q) * packed + double(len - q) * rows;
-    }
-    return std::int64_t(b);
-  }
+  std::int64_t sequences() const override { return slots_.size(); }
+  std::int64_t cache_bytes() const override { return slots_.cache_bytes(fwd_, config_, opts_.kv); }
 
  private:
+  // The sequence's slot; a new sequence (its first prefill) gets a free,
+  // emptied one. Later prefill chunks continue in the slot they have.
   int slot_for(const step_entry& e) {
-    const auto it = slots_.find(e.seq);
-    if (it != slots_.end()) return it->second;
-    if (e.phase != seq_phase::prefill)
-      throw std::runtime_error("decode step for a sequence without a cache (no prefill ran)");
-    if (free_.empty())
-      throw std::runtime_error("all " + std::to_string(opts_.max_sequences) +
-                               " sequence slots of this GPU worker are in use");
-    const int slot = free_.back();
-    free_.pop_back();
+    if (const auto* found = slots_.find(e.seq)) return found->slot;
+    if (e.phase != seq_phase::prefill) return slots_.of(e.seq).slot;  // throws: no prefill ran
+    const int slot = slots_.start(e.seq).slot;
     fwd_.truncate(slot, 0);
-    slots_.emplace(e.seq, slot);
     return slot;
   }
 
@@ -147,8 +126,8 @@ class cuda_step_compute final : public step_compute {
   cuda_forward_options fwd_opts_;
   cuda_model model_;
   cuda_forward fwd_;
-  std::unordered_map<seq_id, int> slots_;
-  std::vector<int> free_;
+  struct no_state {};
+  cuda_slot_table<no_state> slots_;
   // Per-step scratch, kept so that steps do not allocate.
   std::vector<int> batch_slots_;
   std::vector<std::int32_t> batch_tokens_;

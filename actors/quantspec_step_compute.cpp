@@ -60,23 +60,7 @@ class quantspec_step_compute final : public step_compute {
       if (e.tokens.size() != 1)
         throw std::runtime_error("a QuantSpec round starts from one pending token, got " +
                                  std::to_string(e.tokens.size()));
-      // Microseconds between the steady clock and the trace clock, for the spans.
-      const double offset_us =
-          trace_now_us() -
-          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
-      const quantspec_round r = s.decoder->round(e.tokens[0], opts_.max_context);
-      out.tokens = r.tokens;
-      out.spec.add_round(r.drafted, r.accepted, r.draft_seconds(), r.verify_seconds());
-      const auto us = [offset_us](std::chrono::steady_clock::time_point t) {
-        return offset_us + std::chrono::duration<double, std::micro>(t.time_since_epoch()).count();
-      };
-      if (r.drafted > 0)
-        out.spans.push_back({"draft", us(r.draft_begin), us(r.verify_begin),
-                             {{"seq", double(e.seq)}, {"gamma", double(r.drafted)}}});
-      out.spans.push_back({"verify", us(r.verify_begin), us(r.verify_end),
-                           {{"seq", double(e.seq)},
-                            {"tokens", double(r.drafted + 1)},
-                            {"accepted", double(r.accepted)}}});
+      record_round(s.decoder->round(e.tokens[0], opts_.max_context), e.seq, out);
     }
     out.cache_length = s.cache->length(0);
     out.rows = pack_kv_rows(e.seq, *s.cache, int(config_.num_hidden_layers), int(config_.num_key_value_heads),
@@ -116,6 +100,23 @@ class quantspec_step_compute final : public step_compute {
 };
 
 }  // namespace
+
+void record_round(const quantspec_round& r, seq_id seq, step_output& out) {
+  out.tokens = r.tokens;
+  out.spec.add_round(r.drafted, r.accepted, r.draft_seconds(), r.verify_seconds());
+  // Microseconds between the steady clock and the trace clock, for the spans.
+  const double offset_us =
+      trace_now_us() -
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  const auto us = [offset_us](std::chrono::steady_clock::time_point t) {
+    return offset_us + std::chrono::duration<double, std::micro>(t.time_since_epoch()).count();
+  };
+  if (r.drafted > 0)
+    out.spans.push_back(
+        {"draft", us(r.draft_begin), us(r.verify_begin), {{"seq", double(seq)}, {"gamma", double(r.drafted)}}});
+  out.spans.push_back({"verify", us(r.verify_begin), us(r.verify_end),
+                       {{"seq", double(seq)}, {"tokens", double(r.drafted + 1)}, {"accepted", double(r.accepted)}}});
+}
 
 std::shared_ptr<step_compute> make_quantspec_step_compute(const model_config& config, const model_weights& weights,
                                                           const quantspec_step_options& opts) {

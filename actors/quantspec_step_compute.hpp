@@ -14,6 +14,7 @@
 #include "model/config.hpp"
 #include "model/draft_weights.hpp"
 #include "model/gamma_controller.hpp"
+#include "model/quantspec.hpp"
 #include "model/weights.hpp"
 
 namespace specpipe {
@@ -25,6 +26,10 @@ struct quantspec_step_options {
   draft_options draft;           // the 4-bit weights
   gamma_options gamma;           // fixed or adaptive draft length
 };
+
+// A round's outcome into a step output (CPU and GPU computes): its tokens,
+// its counters, and its draft and verify spans on the trace clock.
+void record_round(const quantspec_round& r, seq_id seq, step_output& out);
 
 // Quantizes the draft weights once (on the compute's pool). `weights` must
 // outlive the compute. Throws std::invalid_argument on bad options.

@@ -212,10 +212,12 @@ TEST_F(CudaPipeline, AWorkerOutOfSlotsFailsThatRequestOnly) {
   wait_until_empty(p, 0);
 }
 
-TEST_F(CudaPipeline, TwoGpuWorkersServeAtOnce) {
+// Two one-slot workers serve requests 0 and 1 at once, and each decodes what
+// the direct loop (GPU 0) decodes.
+void expect_two_workers_decode_alone(std::shared_ptr<step_compute> a, std::shared_ptr<step_compute> b) {
   const auto want0 = direct(0, 16), want1 = direct(1, 16);
   actor_runtime rt;
-  pipeline p(rt.system(), {gpu_compute(1), gpu_compute(1)}, options_of(1));
+  pipeline p(rt.system(), {std::move(a), std::move(b)}, options_of(1));
   const auto out = run_all(p, 2, 16);
   ASSERT_TRUE(out[0].ok) << out[0].error;
   ASSERT_TRUE(out[1].ok) << out[1].error;
@@ -224,6 +226,8 @@ TEST_F(CudaPipeline, TwoGpuWorkersServeAtOnce) {
   wait_until_empty(p, 0);
   wait_until_empty(p, 1);
 }
+
+TEST_F(CudaPipeline, TwoGpuWorkersServeAtOnce) { expect_two_workers_decode_alone(gpu_compute(1), gpu_compute(1)); }
 
 cuda_quantspec_step_options quantspec_options(int slots) {
   cuda_quantspec_step_options o;
@@ -379,16 +383,7 @@ TEST(CudaQuantSpecStepCompute, RefusesWhatTheGpuRoundsCannotRun) {
 // card model).
 TEST_F(CudaPipeline, WorkersOnTwoGpusServeAtOnce) {
   if (cuda_device_count() < 2) GTEST_SKIP() << "needs two CUDA devices, " << cuda_device_count() << " visible";
-  const auto want0 = direct(0, 16), want1 = direct(1, 16);
-  actor_runtime rt;
-  pipeline p(rt.system(), {gpu_compute(1, {}, 0), gpu_compute(1, {}, 1)}, options_of(1));
-  const auto out = run_all(p, 2, 16);
-  ASSERT_TRUE(out[0].ok) << out[0].error;
-  ASSERT_TRUE(out[1].ok) << out[1].error;
-  EXPECT_EQ(out[0].result.tokens, want0);
-  EXPECT_EQ(out[1].result.tokens, want1);
-  wait_until_empty(p, 0);
-  wait_until_empty(p, 1);
+  expect_two_workers_decode_alone(gpu_compute(1, {}, 0), gpu_compute(1, {}, 1));
 }
 
 TEST(CudaStepCompute, SpeCacheIsRefusedWithTheReason) {
