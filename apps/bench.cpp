@@ -156,7 +156,7 @@ int actor_report(const bench_options& o, const std::string& device) {
 
 int bench_main(int argc, char** argv) {
   po::options_description desc("specpipe bench flags");
-  std::string preset, model_dir, batches = "1", contexts = "4096", json_path, device = "cuda", kv_kinds;
+  std::string preset, model_dir, batches = "1", contexts = "4096", json_path, device = "cuda", kv_kinds, packed_order;
   long long kv_group = 0, kv_residual = 0;
   int kv_bits = 0, topk = 64;
   bench_options o;
@@ -201,6 +201,8 @@ int bench_main(int argc, char** argv) {
      "specache (CPU): microseconds added to every gather, emulating a slower host-to-device link")
     ("packed-stages", po::value(&o.packed_stages)->default_value(0),
      "CUDA decode: cp.async stages of the packed attention (2, 3 or 4; 0: per format)")
+    ("packed-order", po::value(&packed_order)->default_value("cpu"),
+     "CUDA decode, kivi/hier caches: cpu (packed attention v3) or lane (v4, head_dim 128)")
     ("draft-gemv", po::value(&o.draft_gemv)->default_value(0),
      "quantspec (cuda): the draft's 4-bit GEMV version, 2, 3 or 4 (0: the default)")
     ("gamma", po::value(&qso.gamma)->default_value("5"), "quantspec: draft tokens per round, or auto")
@@ -273,6 +275,9 @@ int bench_main(int argc, char** argv) {
     throw usage_error("--transfer-latency-us: must be in [0, 1000000], got " + std::to_string(o.transfer_latency_us));
   if (o.draft_gemv != 0 && (o.draft_gemv < 2 || o.draft_gemv > 4))
     throw usage_error("--draft-gemv: must be 0 (the default), 2, 3 or 4, got " + std::to_string(o.draft_gemv));
+  if (packed_order != "cpu" && packed_order != "lane")
+    throw usage_error("--packed-order: must be cpu or lane, got '" + packed_order + "'");
+  o.packed_lane_order = packed_order == "lane";
   if (o.packed_stages != 0 && (o.packed_stages < 2 || o.packed_stages > 4))
     throw usage_error("--packed-stages: must be 0 (per format), 2, 3 or 4, got " + std::to_string(o.packed_stages));
   // Decoding runs: --kv picks the full-cache decode, QuantSpec (CPU) and the
@@ -463,6 +468,7 @@ boost::json::value report_json(const bench_options& o, const bench_report& r) {
     for (const auto& m : o.kv_modes) modes.emplace_back(m.format == kv_format::full ? std::string("full") : m.describe());
     root["kv_modes"] = std::move(modes);
     root["packed_stages"] = o.packed_stages;
+    root["packed_order"] = o.packed_lane_order ? "lane" : "cpu";
     root["draft_gemv"] = o.draft_gemv;
   }
   boost::json::array notes;

@@ -463,6 +463,7 @@ bench_report run_cuda_bench(const bench_options& o) {
     fo.kv = mode;
     fo.kv_staging_tokens = 0;  // decode-only: no prefill staging area
     fo.packed_stages = o.packed_stages;
+    fo.packed_lane_order = o.packed_lane_order;
     if (mode.speculative()) {
       // SpeCache: the host store, as long as --host-memory allows (positions
       // alias modulo a shorter store beyond that: the same rows' bytes move).
@@ -576,7 +577,9 @@ bench_report run_cuda_bench(const bench_options& o) {
                                                          props.sm_count, fo.max_splits, bps);
           how += ", attention splits " + std::to_string(splits) + " (" + std::to_string(bps) + " blocks/SM)";
         } else {
-          how += ", packed attention (lean smem, combine 1, >= 16 tiles/split), " +
+          how += std::string(", packed attention ") +
+                 (fo.packed_lane_order && !mode.speculative() ? "v4 (lane order" : "v3 (cpu order, lean smem, combine 1") +
+                 ", >= 16 tiles/split), " +
                  (fo.packed_stages > 0 ? std::to_string(fo.packed_stages) : std::string("per-format")) + " stages";
         }
         // Speculative prefetch: the same step without its fetch, and the

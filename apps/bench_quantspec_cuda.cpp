@@ -149,6 +149,7 @@ bench_report run_cuda_quantspec_bench(const bench_options& o, const quantspec_be
       fo.kv_max_append = 16;
       fo.max_step_tokens = gamma + 1;
       if (o.draft_gemv != 0) fo.int4_gemv_version = o.draft_gemv;
+      fo.packed_lane_order = o.packed_lane_order;
       const std::size_t need = cuda_forward::device_bytes(c, fo);
       if (!fits(need)) {
         r.points.push_back({"quantspec", b, ctx, true, "hier cache: needs " + fixed(double(need) / gib, 1) + " GiB"});

@@ -202,11 +202,18 @@ struct cuda_forward::impl {
     return staging.as<std::uint16_t>() + (2 * std::size_t(l) + 1) * staging_elems();
   }
 
+  // The byte order of the packed arrays (cuda_forward_options::packed_lane_order).
+  kc::packed_order packed_order() const {
+    const bool lane = opt.packed_lane_order && c.head_dim == kc::lane_order::head_dim &&
+                      opt.kv.format != kv_format::specache && shape->layout.group >= 32;
+    return lane ? kc::packed_order::lane : kc::packed_order::cpu;
+  }
   kc::packed_cache_view view(int l) const {
     const auto& s = *shape;
     const auto o = offsets();
     std::uint8_t* base = layer_packed(l);
     kc::packed_cache_view v;
+    v.order = packed_order();
     v.bits = s.layout.bits;
     v.group = int(s.layout.group);
     v.head_dim = int(c.head_dim);
@@ -237,6 +244,7 @@ struct cuda_forward::impl {
     std::uint8_t* base = layer_packed(l);
     const std::int64_t nkv = c.num_key_value_heads;
     kc::packed_dest d;
+    d.order = packed_order();
     d.k_codes = base + o.kc;
     d.v_codes = base + o.vc;
     if (s.layout.planes() == 2) {
@@ -312,7 +320,9 @@ struct cuda_forward::impl {
     a.partial = partial.as<float>();
     a.entries = int(m);
     a.n_heads = int(c.num_attention_heads);
-    a.stages = opt.packed_stages > 0 ? opt.packed_stages : kc::packed_attention_stages(read_bits);
+    a.stages = opt.packed_stages > 0                         ? opt.packed_stages
+               : packed_order() == kc::packed_order::lane ? kc::packed_attention_v4_stages(read_bits)
+                                                          : kc::packed_attention_stages(read_bits);
     a.scale = 1.f / std::sqrt(float(c.head_dim));
     const auto it = packed_blocks_per_sm.find(read_bits);
     int bps = it == packed_blocks_per_sm.end() ? 2 : it->second;

@@ -31,6 +31,7 @@
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/packed_attention.hpp"
+#include "kernels/cuda/packed_attention_v4.hpp"
 #include "kernels/cuda/packed_combine.hpp"
 #include "kernels/cuda/packed_fragments.hpp"
 #include "kernels/cuda/packed_mma.cuh"
@@ -895,6 +896,7 @@ int packed_attention_splits(int entries, int n_kv_heads, std::int64_t tiles, int
 }
 
 int packed_attention_blocks_per_sm(const packed_attention_args& a) {
+  if (a.cache.order == packed_order::lane) return v4::blocks_per_sm(a);
   launch_shape sh;
   const kernel_fn k = prepare(a, sh);
   int n = 0;
@@ -903,6 +905,7 @@ int packed_attention_blocks_per_sm(const packed_attention_args& a) {
 }
 
 std::size_t packed_attention_smem_bytes(const packed_attention_args& a) {
+  if (a.cache.order == packed_order::lane) return v4::smem_bytes(a);
   launch_shape sh;
   prepare(a, sh);
   return std::size_t(sh.smem);
@@ -913,6 +916,11 @@ void packed_attention(const packed_attention_args& in, stream_t s) {
   packed_attention_args a = in;
   if (a.ld_q == 0) a.ld_q = std::int64_t(a.n_heads) * a.cache.head_dim;
   if (a.ld_out == 0) a.ld_out = std::int64_t(a.n_heads) * a.cache.head_dim;
+  if (a.cache.order == packed_order::lane) {
+    v4::launch(a, s);
+    packed_combine(a, s);
+    return;
+  }
   launch_shape sh;
   const kernel_fn k = prepare(a, sh);
   const dim3 grid(unsigned(a.splits), unsigned(a.cache.n_kv_heads), unsigned(a.block_first ? a.blocks : a.entries));

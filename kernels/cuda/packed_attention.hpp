@@ -37,10 +37,15 @@
 #include <cstdint>
 
 #include "kernels/cuda/cuda_error.hpp"
+#include "kernels/cuda/packed_lane_order.hpp"
 
 namespace specpipe::kernels::cuda {
 
 struct packed_cache_view {
+  // cpu: the bytes described above, read by v3 (every head_dim, replaced
+  // rows, raw scores). lane (head_dim 128): packed_lane_order.hpp's order,
+  // read by v4 (packed_attention_v4.cu), with the same runs and strides.
+  packed_order order = packed_order::cpu;
   int bits = 2;       // bits per code of the upper (or only) plane: 1, 2 or 4
   int group = 64;     // G: 32, 64 or 128 (v2); value groups are min(G, head_dim)
   int head_dim = 128;  // 64 or 128
@@ -169,6 +174,11 @@ int packed_attention_splits(int entries, int n_kv_heads, std::int64_t tiles, int
 // The stages that measured fastest for a read of `bits` per code (3 for 1-2
 // bits, 2 for 4-8: a third stage costs the larger tiles a resident block).
 inline int packed_attention_stages(int bits) { return bits <= 2 ? 3 : 2; }
+
+// v4 (lane order): each warp's own ring of 32-token chunks; two stages in
+// flight cover the latency for the small formats, the INT8 read's 8.6 KiB
+// chunks take a resident block per SM for each extra stage.
+inline int packed_attention_v4_stages(int read_bits) { return read_bits <= 2 ? 4 : read_bits == 4 ? 3 : 2; }
 
 // The fewest tiles per split of the decode path (v3 sweep: 16 made 1-bit
 // 0.304 ms against 0.350 at the v2 rule's 57 splits).

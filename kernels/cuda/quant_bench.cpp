@@ -182,9 +182,11 @@ void run_v2(const quant_bench_options& o, const device_properties& props, alloca
     copy_to_device(ints.data(), host.data(), host.size() * 4, st.get());
     st.synchronize();
   };
-  auto args_for = [&](const v2_cache& c, int bits, bool lower, int n, const v2_knobs& k) {
+  auto args_for = [&](const v2_cache& c, int bits, bool lower, int n, const v2_knobs& k,
+                      packed_order order = packed_order::cpu) {
     packed_attention_args a;
     a.cache = c.view(bits, lower);
+    a.cache.order = order;  // random bytes are codes in either order
     a.q = q.as<std::uint16_t>();
     a.entry_slot = ints.as<std::int32_t>();
     a.entry_quant = ints.as<std::int32_t>() + batch;
@@ -282,6 +284,30 @@ void run_v2(const quant_bench_options& o, const device_properties& props, alloca
                 c.bytes_per_entry(f.bits, f.lower) * batch + q_bytes, knob_note(k),
                 [&] { packed_attention(a, st.get()); });
       }
+    // v4: the cache read in lane order (packed_attention_v4.cu), per
+    // format at its default stages and at the others, then at batch 1.
+    if (d == lane_order::head_dim) {
+      for (const auto& f : formats)
+        for (const int stages : {0, 2, 3, 4}) {
+          v2_knobs k = v3_knobs(f.bits, f.lower);
+          const int dflt = packed_attention_v4_stages(f.lower ? 8 : f.bits);
+          if (stages == dflt) continue;
+          k.stages = stages == 0 ? dflt : stages;
+          const auto a = args_for(c, f.bits, f.lower, batch, k, packed_order::lane);
+          add_row("v4", f.name, f.bits * (f.lower ? 2 : 1), batch, a,
+                  c.bytes_per_entry(f.bits, f.lower) * batch + q_bytes,
+                  std::string(stages == 0 ? "default, " : "") + "stages " + std::to_string(k.stages) + ", " +
+                      smem_note(a),
+                  [&] { packed_attention(a, st.get()); });
+        }
+      for (const auto& f : {formats[0], formats[2], formats[4]}) {
+        v2_knobs k = v3_knobs(f.bits, f.lower);
+        k.stages = packed_attention_v4_stages(f.lower ? 8 : f.bits);
+        const auto a = args_for(c, f.bits, f.lower, 1, k, packed_order::lane);
+        add_row("v4", f.name, f.bits * (f.lower ? 2 : 1), 1, a, c.bytes_per_entry(f.bits, f.lower) + q_bytes / batch,
+                "batch 1, " + smem_note(a), [&] { packed_attention(a, st.get()); });
+      }
+    }
     // SpeCache's step: 1 bit with 64 replaced rows per (sequence, KV head),
     // positions spread over the context; then the raw scores of every
     // sequence, and the top-64 from them.
@@ -350,6 +376,15 @@ void run_v2(const quant_bench_options& o, const device_properties& props, alloca
       add_row("v3", lower ? "hier-int8" : "hier-int4", lower ? 8 : 4, batch, b,
               c.bytes_per_entry(4, lower) * batch + q_bytes, "G=128, " + knob_note(k) + ", " + smem_note(b),
               [&] { packed_attention(b, st.get()); });
+      if (d == lane_order::head_dim) {
+        v2_knobs k4 = k;
+        k4.stages = packed_attention_v4_stages(lower ? 8 : 4);
+        const auto b4 = args_for(c, 4, lower, batch, k4, packed_order::lane);
+        add_row("v4", lower ? "hier-int8" : "hier-int4", lower ? 8 : 4, batch, b4,
+                c.bytes_per_entry(4, lower) * batch + q_bytes,
+                "G=128, stages " + std::to_string(k4.stages) + ", " + smem_note(b4),
+                [&] { packed_attention(b4, st.get()); });
+      }
     }
   }
   // Quantize on append: one group of every sequence and KV head (one layer),
@@ -417,6 +452,15 @@ void run_v2(const quant_bench_options& o, const device_properties& props, alloca
       st.synchronize();
       add_row(idle ? "quantize-idle" : "quantize", f.name, bits * (f.lower ? 2 : 1), batch, none,
               idle ? 0.0 : in_bytes, "G=" + std::to_string(g) + ", one layer", [&] { quantize_groups(qa, st.get()); });
+    }
+    if (d == lane_order::head_dim) {  // the same groups written in lane order (v4's cache)
+      for (int b = 0; b < batch; ++b) host[std::size_t(2 * batch + b)] = 1;
+      copy_to_device(qi.data(), host.data(), host.size() * 4, st.get());
+      st.synchronize();
+      quantize_args ql = qa;
+      ql.dst.order = packed_order::lane;
+      add_row("quantize", f.name, bits * (f.lower ? 2 : 1), batch, none, in_bytes,
+              "G=" + std::to_string(g) + ", one layer, lane order", [&] { quantize_groups(ql, st.get()); });
     }
   }
 }

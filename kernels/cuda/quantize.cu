@@ -85,6 +85,99 @@ struct bit_writer {
   }
 };
 
+// One group in lane order (packed_lane_order.hpp; head_dim 128): the same
+// scales, zeros and codes as the CPU order, placed where the v4 attention's
+// lanes read them. The parameters first (a thread per key channel, then per
+// (token, value group)), then a thread per output byte assembles its 8 / b
+// codes, so that no two threads share a byte.
+__device__ void quantize_group_lane_order(const quantize_args& a, int slot, int h, int q, std::int64_t src_base) {
+  namespace lo = lane_order;
+  constexpr int D = lo::head_dim;
+  __shared__ float ks_s[D], kz_s[D], vs_s[D], vz_s[D];  // G * value groups = 128 for D = 128
+  const int G = a.group, b = a.bits;
+  const int levels = (1 << b) - 1;
+  const bool lower = a.rule == quant_rule_gpu::hier;
+  const std::int64_t p0 = std::int64_t(q) * G;
+  const row_source& src = a.src;
+  const packed_dest& d = a.dst;
+  auto row = [&](const std::uint16_t* base, std::int64_t p) { return base + src_base + (p % src.ring) * src.row_stride; };
+  const int vg_size = G < D ? G : D, ngroups = D / vg_size;
+
+  const std::int64_t ksc = std::int64_t(slot) * d.ks_slot + std::int64_t(h) * d.ks_head + std::int64_t(q) * d.ks_group;
+  for (int c = threadIdx.x; c < D; c += threads) {
+    float lo_v = bf(row(src.k, p0) + c), hi_v = lo_v;
+    for (int t = 1; t < G; ++t) {
+      const float v = bf(row(src.k, p0 + t) + c);
+      lo_v = min_like_std(lo_v, v);
+      hi_v = max_like_std(hi_v, v);
+    }
+    const group_params p = params_of(lo_v, hi_v, levels, a.rule);
+    d.k_scale[ksc + c] = p.s_bits;
+    d.k_zero[ksc + c] = p.z_bits;
+    ks_s[c] = p.s16;
+    kz_s[c] = p.z16;
+  }
+  for (int item = threadIdx.x; item < G * ngroups; item += threads) {
+    const int t = item / ngroups, vg = item - t * ngroups;
+    const std::uint16_t* x = row(src.v, p0 + t) + vg * vg_size;
+    float lo_v = bf(x), hi_v = lo_v;
+    for (int i = 1; i < vg_size; ++i) {
+      const float v = bf(x + i);
+      lo_v = min_like_std(lo_v, v);
+      hi_v = max_like_std(hi_v, v);
+    }
+    const group_params p = params_of(lo_v, hi_v, levels, a.rule);
+    const std::int64_t vs = std::int64_t(slot) * d.vs_slot + std::int64_t(h) * d.vs_head + (p0 + t) * d.vs_token + vg;
+    d.v_scale[vs] = p.s_bits;
+    d.v_zero[vs] = p.z_bits;
+    vs_s[item] = p.s16;
+    vz_s[item] = p.z16;
+  }
+  __syncthreads();
+
+  const int per_byte = 8 / b;
+  group_params kp, vp;
+  // Keys: G rows of 16 b bytes.
+  const std::int64_t kblock = std::int64_t(slot) * d.k_slot + std::int64_t(h) * d.k_head + std::int64_t(q) * d.k_group;
+  const int rowb = lo::key_row_bytes(b);
+  for (int y = threadIdx.x; y < G * rowb; y += threads) {
+    const int tau = y / rowb, yb = y - tau * rowb;
+    const std::uint16_t* x = row(src.k, p0 + tau);
+    unsigned bu = 0, bl = 0;
+    for (int k = 0; k < per_byte; ++k) {
+      const int c = lo::key_channel_at(yb, k, b);
+      kp.s16 = ks_s[c];
+      kp.z16 = kz_s[c];
+      unsigned u, l;
+      codes_of(bf(x + c), kp, levels, lower, u, l);
+      bu |= u << (k * b);
+      bl |= l << (k * b);  // hier: b = 4, the lower plane in the upper's order
+    }
+    d.k_codes[kblock + y] = std::uint8_t(bu);
+    if (lower) d.k_lower[kblock + y] = std::uint8_t(bl);
+  }
+  // Values: G / 16 blocks of 256 b bytes.
+  const std::int64_t vrow0 = std::int64_t(slot) * d.v_slot + std::int64_t(h) * d.v_head + p0 * d.v_token;
+  const int blockb = lo::value_block_bytes(b);
+  for (int y = threadIdx.x; y < (G / 16) * blockb; y += threads) {
+    const int blk = y / blockb, yb = y - blk * blockb;
+    unsigned bu = 0, bl = 0;
+    for (int k = 0; k < per_byte; ++k) {
+      const int at = lo::value_at(yb, k, b);
+      const int tau = 16 * blk + at / D, c = at % D;
+      const int item = tau * ngroups + c / vg_size;
+      vp.s16 = vs_s[item];
+      vp.z16 = vz_s[item];
+      unsigned u, l;
+      codes_of(bf(row(src.v, p0 + tau) + c), vp, levels, lower, u, l);
+      bu |= u << (k * b);
+      bl |= l << (k * b);
+    }
+    d.v_codes[vrow0 + y] = std::uint8_t(bu);
+    if (lower) d.v_lower[vrow0 + y] = std::uint8_t(bl);
+  }
+}
+
 __global__ void __launch_bounds__(threads) quantize_groups_kernel(quantize_args a) {
   detail::grid_dependency_wait();
   detail::allow_dependent_launch();  // what follows (RoPE) waits for this kernel to finish
@@ -100,6 +193,11 @@ __global__ void __launch_bounds__(threads) quantize_groups_kernel(quantize_args 
   const std::int64_t src_base = std::int64_t(slot) * src.slot_stride + std::int64_t(h) * src.head_stride;
   auto row = [&](const std::uint16_t* base, std::int64_t p) { return base + src_base + (p % src.ring) * src.row_stride; };
   const packed_dest& d = a.dst;
+
+  if (d.order == packed_order::lane) {
+    quantize_group_lane_order(a, slot, h, q, src_base);
+    return;
+  }
 
   // Keys: per channel over the group's tokens (KIVI sec. 3).
   const std::int64_t kblock = std::int64_t(slot) * d.k_slot + std::int64_t(h) * d.k_head + std::int64_t(q) * d.k_group;
@@ -187,14 +285,27 @@ __global__ void dequantize_rows_kernel(dequantize_args a) {
     const std::int64_t p = std::int64_t(q) * G + t;
     // Key: channel c, token t of the block.
     const float ks = h2f(d.k_scale[ksc + c]), kz = h2f(d.k_zero[ksc + c]);
-    float kv = kz + ks * float(code_at(d.k_codes + kblock + std::int64_t(c) * chan, t, b));
-    if (a.lower) kv += ks * (float(code_at(d.k_lower + kblock + std::int64_t(c) * chan, t, 4)) - 8.f) / 16.f;
+    const bool lane = d.order == packed_order::lane;
+    const unsigned ku = lane ? lane_order::key_code(d.k_codes + kblock, t, c, b)
+                             : code_at(d.k_codes + kblock + std::int64_t(c) * chan, t, b);
+    float kv = kz + ks * float(ku);
+    if (a.lower) {
+      const unsigned kl = lane ? lane_order::key_code(d.k_lower + kblock, t, c, 4)
+                               : code_at(d.k_lower + kblock + std::int64_t(c) * chan, t, 4);
+      kv += ks * (float(kl) - 8.f) / 16.f;
+    }
     // Value: token t, channel c.
     const std::int64_t vrow = std::int64_t(a.slot) * d.v_slot + std::int64_t(h) * d.v_head + p * d.v_token;
     const std::int64_t vs = std::int64_t(a.slot) * d.vs_slot + std::int64_t(h) * d.vs_head + p * d.vs_token + c / vg_size;
     const float vsc = h2f(d.v_scale[vs]), vz = h2f(d.v_zero[vs]);
-    float vv = vz + vsc * float(code_at(d.v_codes + vrow, c, b));
-    if (a.lower) vv += vsc * (float(code_at(d.v_lower + vrow, c, 4)) - 8.f) / 16.f;
+    // Lane order: the run's blocks start at position 0 (vrow - p * v_token).
+    const std::int64_t vrun = vrow - p * d.v_token;
+    const unsigned vu = lane ? lane_order::value_code(d.v_codes + vrun, p, c, b) : code_at(d.v_codes + vrow, c, b);
+    float vv = vz + vsc * float(vu);
+    if (a.lower) {
+      const unsigned vl = lane ? lane_order::value_code(d.v_lower + vrun, p, c, 4) : code_at(d.v_lower + vrow, c, 4);
+      vv += vsc * (float(vl) - 8.f) / 16.f;
+    }
     const std::int64_t at = std::int64_t(h) * a.to_head_stride + p * a.to_row_stride + c;
     a.to_k[at] = __bfloat16_as_ushort(__float2bfloat16(kv));
     a.to_v[at] = __bfloat16_as_ushort(__float2bfloat16(vv));
@@ -230,6 +341,9 @@ void quantize_groups(const quantize_args& a, stream_t s) {
     fail(who, "source rows and packed arrays must be given");
   if (!a.entry_slot || !a.entry_first_group || !a.entry_groups) fail(who, "per-entry arrays missing");
   if (a.src.ring < 1) fail(who, "ring must be >= 1");
+  if (a.dst.order == packed_order::lane && (a.head_dim != lane_order::head_dim || a.group < 16))
+    fail(who, "lane order needs head_dim 128 and G >= 16, got head_dim " + std::to_string(a.head_dim) + ", G " +
+                  std::to_string(a.group));
   detail::launch_kernel(quantize_groups_kernel, dim3(unsigned(a.max_groups), unsigned(a.n_kv_heads), unsigned(a.entries)),
                         dim3(threads), 0, as_stream(s), a.dependent, a);
   CUDA_CHECK_LAUNCH();
@@ -250,6 +364,8 @@ void dequantize_rows(const dequantize_args& a, stream_t s) {
   check_shape("dequantize_rows", a.bits, a.group, a.head_dim, a.n_kv_heads);
   if (!a.to_k || !a.to_v || !a.src.k_codes || !a.src.v_codes || (a.lower && (!a.src.k_lower || !a.src.v_lower)))
     fail("dequantize_rows", "packed arrays and destination rows must be given");
+  if (a.src.order == packed_order::lane && (a.head_dim != lane_order::head_dim || a.group < 16))
+    fail("dequantize_rows", "lane order needs head_dim 128 and G >= 16");
   dequantize_rows_kernel<<<dim3(unsigned(a.groups), unsigned(a.n_kv_heads)), 256, 0, as_stream(s)>>>(a);
   CUDA_CHECK_LAUNCH();
 }

@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/cuda_error.hpp"
+#include "kernels/cuda/packed_lane_order.hpp"
 
 namespace specpipe::kernels::cuda {
 
@@ -35,7 +36,11 @@ struct row_source {
 // key scale/zero of group q at + s*ks_slot + h*ks_head + q*ks_group (f16 elements, head_dim of them);
 // value row of token p at v_codes + s*v_slot + h*v_head + p*v_token (bytes);
 // value scale/zero of token p at + s*vs_slot + h*vs_head + p*vs_token (value groups of them).
+// In lane order (packed_lane_order.hpp; head_dim 128) a key "block" is G rows
+// in that order and value codes are 16-token blocks: the strides are the same
+// numbers (k_group = G * 16 b bytes, v_token = 16 b bytes per token).
 struct packed_dest {
+  packed_order order = packed_order::cpu;
   std::uint8_t* k_codes = nullptr;
   std::uint8_t* k_lower = nullptr;  // hier only
   std::uint16_t* k_scale = nullptr;

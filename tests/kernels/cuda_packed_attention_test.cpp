@@ -82,6 +82,7 @@ struct device_layout {
         wv(dev, L.wv) {}
   kc::packed_cache_view view(const device_layout_host& L, bool read_lower) const {
     kc::packed_cache_view v;
+    v.order = L.order;
     v.bits = L.bits;
     v.group = L.group;
     v.head_dim = L.d;
@@ -208,6 +209,8 @@ struct run_options {
   std::vector<std::pair<int, int>> blocks;
   int max_queries = 1;
   double cpu_tol = tol;  // against the CPU reference
+  // lane: the codes in packed_lane_order.hpp's order, read by v4 (head_dim 128).
+  kc::packed_order order = kc::packed_order::cpu;
 };
 
 void run_case(allocator& dev, const format_case& fc, int d, int kv_heads, int gq, int group,
@@ -215,11 +218,12 @@ void run_case(allocator& dev, const format_case& fc, int d, int kv_heads, int gq
               const run_options& ro) {
   const std::string what = std::string(fc.name) + " d=" + std::to_string(d) + " gqa=" + std::to_string(gq) +
                            " G=" + std::to_string(group) + " kv=" + std::to_string(kv_heads) + " cap=" +
-                           std::to_string(win_cap) + (ro.rows ? " mixed" : "");
+                           std::to_string(win_cap) + (ro.rows ? " mixed" : "") +
+                           (ro.order == kc::packed_order::lane ? " lane-order (v4)" : "");
   SCOPED_TRACE(what);
   const int heads = kv_heads * gq;
   const auto fs = make_slots(fc, d, kv_heads, gq, group, shapes, seed);
-  const auto L = device_layout_host::build(fs, win_cap);
+  const auto L = device_layout_host::build(fs, win_cap, 0, ro.order);
   device_layout dl(dev, L);
   std::mt19937 rng(seed);
   const int n = int(es.size());
@@ -570,6 +574,63 @@ TEST_F(cuda_packed_attention, probabilities_match_cpu) {
   }
 }
 
+// v4: the same cases over the cache in lane order (head_dim 128), every
+// format, GQA group and G, odd and wrapping windows, causal rows inside the
+// window and inside the packed part, splits and stages.
+TEST_F(cuda_packed_attention, lane_order_matches_cpu_on_the_same_codes) {
+  unsigned seed = 1700;
+  for (const auto& fc : formats)
+    for (const int gq : {1, 2, 4, 8})
+      for (const int group : {32, 64, 128}) {
+        const std::vector<slot_shape> shapes = {{std::int64_t(640 / group), 37}, {std::int64_t(256 / group), 5}};
+        const std::int64_t len0 = 640 + 37, len1 = 256 + 5;
+        const std::vector<entry> es = {{0, len0}, {1, len1}, {0, len0 - 11}, {1, 200}, {0, 1}, {0, 333}};
+        run_options ro;
+        ro.order = kc::packed_order::lane;
+        ro.splits = {1, 4};
+        ro.stages = {2, 4};
+        ro.variants = {{true, 1}, {true, 0}};
+        run_case(*dev_, fc, 128, 2, gq, group, shapes, es, 41, ++seed, ro);
+      }
+}
+
+TEST_F(cuda_packed_attention, lane_order_windows_long_contexts_and_multi_query_blocks) {
+  unsigned seed = 1800;
+  run_options ro;
+  ro.order = kc::packed_order::lane;
+  ro.splits = {1, 2};
+  ro.stages = {3};
+  ro.variants = {{true, 1}};
+  for (const auto& fc : formats) {
+    run_case(*dev_, fc, 128, 2, 4, 64, {{0, 45}}, {{0, 45}, {0, 1}}, 64, ++seed, ro);  // nothing packed yet
+    run_case(*dev_, fc, 128, 2, 4, 64, {{3, 1}}, {{0, 193}}, 8, ++seed, ro);          // one window row
+    run_case(*dev_, fc, 128, 1, 2, 32, {{9, 0}}, {{0, 288}, {0, 100}}, 4, ++seed, ro);  // no window
+    run_case(*dev_, fc, 128, 1, 8, 128, {{2, 130}}, {{0, 386}}, 131, ++seed, ro);    // window past one tile
+  }
+  run_options lr = ro;
+  lr.splits = {1, 7, 16};
+  lr.stages = {2, 3, 4};
+  run_case(*dev_, formats[0], 128, 2, 4, 64, {{60, 70}}, {{0, 60 * 64 + 70}}, 130, 1890, lr);
+  run_case(*dev_, formats[5], 128, 2, 4, 128, {{24, 200}}, {{0, 24 * 128 + 200}}, 256, 1891, lr);
+  for (const auto& fc : formats)
+    for (const int gq : {1, 2, 4, 8}) {
+      const int maxq = kc::packed_attention_max_queries(gq);
+      const std::vector<slot_shape> shapes = {{6, 40}, {3, 9}, {2, 130}};
+      const std::int64_t lens[] = {6 * 64 + 40, 3 * 64 + 9, 2 * 64 + 130};
+      const int rows_of[] = {5, 3, 5};
+      std::vector<entry> es;
+      run_options mq = ro;
+      for (int s = 0; s < 3; ++s) {
+        const int first = int(es.size());
+        for (int r = 0; r < rows_of[s]; ++r) es.push_back({s, lens[s] - rows_of[s] + 1 + r});
+        for (int b = 0; b < rows_of[s]; b += maxq) mq.blocks.push_back({first + b, std::min(maxq, rows_of[s] - b)});
+      }
+      mq.max_queries = maxq;
+      mq.cpu_tol = 2e-2;  // as multi_query_blocks_match_cpu_per_row
+      run_case(*dev_, fc, 128, 2, gq, 64, shapes, es, 140, ++seed, mq);
+    }
+}
+
 TEST_F(cuda_packed_attention, rejects_bad_arguments) {
   kc::packed_attention_args a;
   a.entries = 1;
@@ -585,6 +646,24 @@ TEST_F(cuda_packed_attention, rejects_bad_arguments) {
   EXPECT_THROW(kc::packed_attention(a, nullptr), std::invalid_argument);
   a.cache.bits = 2;
   a.n_heads = 6;  // GQA 3
+  EXPECT_THROW(kc::packed_attention(a, nullptr), std::invalid_argument);
+  // Lane order (v4): head_dim 128 only, no replaced rows or raw scores.
+  a.n_heads = 8;
+  a.cache.order = kc::packed_order::lane;
+  a.cache.head_dim = 64;
+  EXPECT_THROW(kc::packed_attention(a, nullptr), std::invalid_argument);
+  a.cache.head_dim = 128;
+  const std::int32_t dummy = 0;
+  a.rows.positions = &dummy;
+  try {
+    kc::packed_attention(a, nullptr);
+    ADD_FAILURE() << "replaced rows over a lane-order cache were accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("replaced rows"), std::string::npos) << e.what();
+  }
+  a.rows.positions = nullptr;
+  float sc = 0.f;
+  a.scores = &sc;
   EXPECT_THROW(kc::packed_attention(a, nullptr), std::invalid_argument);
 }
 #endif

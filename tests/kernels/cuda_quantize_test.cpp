@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels/cuda_test_util.hpp"
+#include "kernels/packed_device_layout.hpp"
 #include "kernels/quant_packed_fixture.hpp"
 #include "kernels/quant_reference.hpp"
 #include "kernels/quantize.hpp"
@@ -160,6 +161,115 @@ TEST_F(cuda_quantize, matches_cpu_bit_for_bit_in_the_cpu_layout) {
                     vs_d.sentinel_intact())
             << "write past a packed array";
       }
+}
+
+// Lane order (packed_lane_order.hpp, the v4 attention's): the CPU's codes,
+// scales and zeros, each code moved to its lane-order bit, in per-head runs.
+TEST_F(cuda_quantize, matches_cpu_codes_in_lane_order) {
+  namespace lo = kc::lane_order;
+  unsigned seed = 2600;
+  for (const auto& rc : rules)
+    for (const int group : {16, 32, 64, 128}) {
+      const std::string what = std::string(rc.name) + " lane order G=" + std::to_string(group);
+      SCOPED_TRACE(what);
+      const int d = 128, heads = 2, groups = 3, b = rc.bits;
+      const std::int64_t tokens = std::int64_t(groups) * group, kvd = std::int64_t(heads) * d;
+      std::mt19937 rng(++seed);
+      const auto k = make_rows(rng, tokens, heads, d), v = make_rows(rng, tokens, heads, d);
+      const bool hier = rc.cpu == kcpu::quant_rule::hier;
+      const std::int64_t block = std::int64_t(d) * group * b / 8, row = std::int64_t(d) * b / 8;
+      const int vgs = std::min(group, d), ng = d / vgs;
+      // Runs per head: keys groups * block, values tokens * row; scales likewise.
+      const std::int64_t k_run = groups * block, v_run = tokens * row, ks_run = std::int64_t(groups) * d,
+                         vs_run = tokens * ng;
+      std::vector<std::uint8_t> kc_w(std::size_t(heads * k_run), 0), kl_w(hier ? kc_w.size() : 0, 0),
+          vc_w(std::size_t(heads * v_run), 0), vl_w(hier ? vc_w.size() : 0, 0);
+      std::vector<std::uint16_t> ks_w(std::size_t(heads * ks_run)), kz_w(ks_w.size()), vs_w(std::size_t(heads * vs_run)),
+          vz_w(vs_w.size());
+      auto put = [](std::vector<std::uint8_t>& to, std::int64_t byte0, int bit, unsigned code) {
+        to[std::size_t(byte0 + bit / 8)] |= std::uint8_t(code << (bit % 8));
+      };
+      std::vector<std::uint8_t> kb(static_cast<std::size_t>(block)), klb(static_cast<std::size_t>(block)),
+          vr(static_cast<std::size_t>(tokens * row)),
+          vlr(static_cast<std::size_t>(tokens * row));
+      for (int h = 0; h < heads; ++h) {
+        for (int g = 0; g < groups; ++g) {
+          kcpu::quantize_key_group(k.data() + g * group * kvd + h * d, kvd, group, d, b, rc.cpu,
+                                   {kb.data(), hier ? klb.data() : nullptr, ks_w.data() + h * ks_run + g * d,
+                                    kz_w.data() + h * ks_run + g * d});
+          const std::int64_t chan = std::int64_t(group) * b / 8;
+          for (int t = 0; t < group; ++t)
+            for (int c = 0; c < d; ++c) {
+              const std::int64_t row0 = h * k_run + (std::int64_t(g) * group + t) * lo::key_row_bytes(b);
+              put(kc_w, row0, lo::key_bit(c, b), packed_code(kb.data() + c * chan, t, b));
+              if (hier) put(kl_w, row0, lo::key_bit(c, 4), packed_code(klb.data() + c * chan, t, 4));
+            }
+        }
+        kcpu::quantize_value_rows(v.data() + h * d, kvd, tokens, d, vgs, b, rc.cpu,
+                                  {vr.data(), hier ? vlr.data() : nullptr, vs_w.data() + h * vs_run,
+                                   vz_w.data() + h * vs_run},
+                                  row, ng);
+        for (std::int64_t p = 0; p < tokens; ++p)
+          for (int c = 0; c < d; ++c) {
+            const std::int64_t blk = h * v_run + (p / 16) * lo::value_block_bytes(b);
+            put(vc_w, blk, lo::value_bit(int(p % 16), c, b), packed_code(vr.data() + p * row, c, b));
+            if (hier) put(vl_w, blk, lo::value_bit(int(p % 16), c, 4), packed_code(vlr.data() + p * row, c, 4));
+          }
+      }
+      dev_array<std::uint16_t> kd(*dev_, to_bf16(k)), vd(*dev_, to_bf16(v));
+      dev_array<std::uint8_t> kc_d(*dev_, kc_w.size(), 0xAB), kl_d(*dev_, std::max<std::size_t>(16, kl_w.size()), 0xAB),
+          vc_d(*dev_, vc_w.size(), 0xAB), vl_d(*dev_, std::max<std::size_t>(16, vl_w.size()), 0xAB);
+      dev_array<std::uint16_t> ks_d(*dev_, ks_w.size(), 0xAB), kz_d(*dev_, kz_w.size(), 0xAB),
+          vs_d(*dev_, vs_w.size(), 0xAB), vz_d(*dev_, vz_w.size(), 0xAB);
+      dev_array<std::int32_t> slot(*dev_, std::vector<std::int32_t>{0}), first(*dev_, std::vector<std::int32_t>{0}),
+          count(*dev_, std::vector<std::int32_t>{groups});
+      kc::quantize_args a;
+      a.src.k = kd.get();
+      a.src.v = vd.get();
+      a.src.head_stride = d;
+      a.src.row_stride = kvd;
+      a.dst.order = kc::packed_order::lane;
+      a.dst.k_codes = kc_d.get();
+      a.dst.v_codes = vc_d.get();
+      if (hier) {
+        a.dst.k_lower = kl_d.get();
+        a.dst.v_lower = vl_d.get();
+      }
+      a.dst.k_scale = ks_d.get();
+      a.dst.k_zero = kz_d.get();
+      a.dst.v_scale = vs_d.get();
+      a.dst.v_zero = vz_d.get();
+      a.dst.k_head = k_run;
+      a.dst.k_group = block;
+      a.dst.ks_head = ks_run;
+      a.dst.ks_group = d;
+      a.dst.v_head = v_run;
+      a.dst.v_token = row;
+      a.dst.vs_head = vs_run;
+      a.dst.vs_token = ng;
+      a.rule = rc.gpu;
+      a.bits = b;
+      a.group = group;
+      a.head_dim = d;
+      a.n_kv_heads = heads;
+      a.entry_slot = slot.get();
+      a.entry_first_group = first.get();
+      a.entry_groups = count.get();
+      a.entries = 1;
+      a.max_groups = groups;
+      kc::quantize_groups(a, nullptr);
+      expect_bytes_equal(kc_d.download(), kc_w, what + " key codes");
+      expect_bytes_equal(as_bytes(ks_d.download()), as_bytes(ks_w), what + " key scales");
+      expect_bytes_equal(as_bytes(kz_d.download()), as_bytes(kz_w), what + " key zeros");
+      expect_bytes_equal(vc_d.download(), vc_w, what + " value codes");
+      expect_bytes_equal(as_bytes(vs_d.download()), as_bytes(vs_w), what + " value scales");
+      expect_bytes_equal(as_bytes(vz_d.download()), as_bytes(vz_w), what + " value zeros");
+      if (hier) {
+        expect_bytes_equal(kl_d.download(), kl_w, what + " key lower plane");
+        expect_bytes_equal(vl_d.download(), vl_w, what + " value lower plane");
+      }
+      EXPECT_TRUE(kc_d.sentinel_intact() && vc_d.sentinel_intact()) << "write past a packed array";
+    }
 }
 
 // A ring of capacity 80 per (slot, head) that received positions 0..len-1
@@ -358,11 +468,70 @@ TEST_F(cuda_quantize, row_copies_through_a_ring_and_back) {
         }
 }
 
+// The lane-order read of dequantize_rows: the fixture rearranged by
+// device_layout_host into per-head runs, read back as bf16 rows.
+void dequantize_lane_order(allocator& dev, int bits, kcpu::quant_rule rule, bool lower) {
+  SCOPED_TRACE("lane order");
+  packed_fixture f;
+  f.heads = 4;
+  f.kv_heads = 2;
+  f.d = 128;
+  f.group = 32;
+  f.groups = 3;
+  f.window = 0;
+  f.bits = bits;
+  f.rule = rule;
+  f.read_lower = lower;
+  f.build(2400);
+  std::vector<float> dk, dv;
+  f.dequantized(dk, dv);
+  const auto L = device_layout_host::build({f}, 1, 0, kc::packed_order::lane);
+  dev_array<std::uint8_t> kc_d(dev, L.kc), vc_d(dev, L.vc), kl_d(dev, L.lower ? L.kl : std::vector<std::uint8_t>(16)),
+      vl_d(dev, L.lower ? L.vl : std::vector<std::uint8_t>(16));
+  dev_array<std::uint16_t> ks_d(dev, L.ks), kz_d(dev, L.kz), vs_d(dev, L.vs), vz_d(dev, L.vz);
+  const std::size_t n = std::size_t(f.quantized() * f.kv_heads * f.d);
+  dev_array<std::uint16_t> ok(dev, n), ov(dev, n);
+  kc::dequantize_args a;
+  a.src.order = kc::packed_order::lane;
+  a.src.k_codes = kc_d.get();
+  a.src.v_codes = vc_d.get();
+  a.src.k_lower = kl_d.get();
+  a.src.v_lower = vl_d.get();
+  a.src.k_scale = ks_d.get();
+  a.src.k_zero = kz_d.get();
+  a.src.v_scale = vs_d.get();
+  a.src.v_zero = vz_d.get();
+  a.src.k_head = L.k_run;
+  a.src.k_group = L.block();
+  a.src.ks_head = L.ks_run;
+  a.src.ks_group = L.d;
+  a.src.v_head = L.v_run;
+  a.src.v_token = L.row();
+  a.src.vs_head = L.vs_run;
+  a.src.vs_token = L.vgroups();
+  a.lower = lower;
+  a.bits = f.bits;
+  a.group = int(f.group);
+  a.head_dim = int(f.d);
+  a.n_kv_heads = int(f.kv_heads);
+  a.groups = int(f.groups);
+  a.to_k = ok.get();
+  a.to_v = ov.get();
+  a.to_head_stride = f.d;
+  a.to_row_stride = f.kv_heads * f.d;
+  kc::dequantize_rows(a, nullptr);
+  const auto gk = from_bf16(ok.download()), gv = from_bf16(ov.download());
+  std::vector<double> rk(dk.begin(), dk.end()), rv(dv.begin(), dv.end());
+  expect_close(gk, rk, 1e-6, 1.0 / 128, "dequantized keys", 2400);
+  expect_close(gv, rv, 1e-6, 1.0 / 128, "dequantized values", 2400);
+}
+
 TEST_F(cuda_quantize, dequantized_rows_match_the_reference) {
   for (const auto& rc : rules)
     for (const bool lower : {false, true}) {
       if (lower && rc.cpu != kcpu::quant_rule::hier) continue;
       SCOPED_TRACE(std::string(rc.name) + (lower ? " INT8" : ""));
+      dequantize_lane_order(*dev_, rc.bits, rc.cpu, lower);
       packed_fixture f;
       f.heads = 4;
       f.kv_heads = 2;

@@ -51,5 +51,50 @@ TEST(packed_device_layout, reads_back_the_fixture) {
     }
 }
 
+TEST(packed_device_layout, lane_order_reads_back_the_fixture) {
+  namespace kc = kernels::cpu;
+  struct fmt {
+    kc::quant_rule rule;
+    int bits;
+  };
+  for (const fmt fm : {fmt{kc::quant_rule::rtn, 1}, fmt{kc::quant_rule::rtn, 2}, fmt{kc::quant_rule::specache, 1},
+                       fmt{kc::quant_rule::hier, 4}})
+    for (const int group : {32, 128}) {
+      std::vector<packed_fixture> fs(2);
+      const std::int64_t groups[2] = {group == 32 ? 5 : 2, 1}, windows[2] = {19, 3};
+      for (int s = 0; s < 2; ++s) {
+        auto& f = fs[std::size_t(s)];
+        f.heads = 4;
+        f.kv_heads = 2;
+        f.d = 128;
+        f.group = group;
+        f.groups = groups[s];
+        f.window = windows[s];
+        f.bits = fm.bits;
+        f.rule = fm.rule;
+        f.read_lower = fm.rule == kc::quant_rule::hier;
+        f.build(70 + std::uint64_t(s));
+      }
+      const auto L = device_layout_host::build(fs, 23, 0, kernels::cuda::packed_order::lane);
+      for (int s = 0; s < 2; ++s) {
+        const auto& f = fs[std::size_t(s)];
+        std::vector<float> dk, dv;
+        f.dequantized(dk, dv);
+        for (std::int64_t p = 0; p < f.len(); ++p)
+          for (std::int64_t h = 0; h < f.kv_heads; ++h)
+            for (int c = 0; c < f.d; ++c) {
+              const std::size_t at = std::size_t((p * f.kv_heads + h) * f.d + c);
+              const bool win = p >= f.quantized();
+              const float wk = win ? bf16_to_f32(f32_to_bf16(dk[at])) : dk[at];
+              const float wv = win ? bf16_to_f32(f32_to_bf16(dv[at])) : dv[at];
+              ASSERT_FLOAT_EQ(L.key_at(s, h, p, c, f.quantized(), f.read_lower), wk)
+                  << "bits " << fm.bits << " G " << group << " slot " << s << " position " << p << " channel " << c;
+              ASSERT_FLOAT_EQ(L.value_at(s, h, p, c, f.quantized(), f.read_lower), wv)
+                  << "bits " << fm.bits << " G " << group << " slot " << s << " position " << p << " channel " << c;
+            }
+      }
+    }
+}
+
 }  // namespace
 }  // namespace specpipe::test

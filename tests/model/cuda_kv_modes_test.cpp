@@ -89,8 +89,9 @@ cpu_run run_cpu(const model_config& c, const model_weights& w, const kv_mode& mo
 
 void check_mode(const model_config& c, const model_weights& w, const kv_mode& mode,
                 const std::vector<std::int32_t>& prompt, int steps, int greedy_steps, const std::string& label,
-                const std::vector<event>& events = {}) {
-  SCOPED_TRACE(label + ", " + mode.describe() + ", prompt " + std::to_string(prompt.size()));
+                const std::vector<event>& events = {}, bool lane_order = false) {
+  SCOPED_TRACE(label + ", " + mode.describe() + ", prompt " + std::to_string(prompt.size()) +
+               (lane_order ? ", lane order (packed attention v4)" : ""));
   const cpu_run ref = run_cpu(c, w, mode, prompt, steps, nullptr, events);
   kv_mode full;
   const cpu_run base = run_cpu(c, w, full, prompt, steps, &ref.tokens, events);
@@ -99,6 +100,7 @@ void check_mode(const model_config& c, const model_weights& w, const kv_mode& mo
   o.max_context = std::int64_t(prompt.size()) + steps + 8;
   o.prefill_chunk = 32;
   o.kv = mode;
+  o.packed_lane_order = lane_order;
   cuda_forward fwd(gm, o);
   std::vector<float> logits(std::size_t(c.vocab_size));
   const int slot = 0;
@@ -167,6 +169,42 @@ TEST_F(cuda_kv_modes, random_model_short_and_long_prompts) {
     check_mode(c, m.w, mode, long_prompt, 70, 4, "random model, long prompt");
     check_mode(c, m.w, mode, short_prompt, 70, 4, "random model, short prompt");
   }
+}
+
+// head_dim 128: the shape whose kivi and hier caches can be kept in lane order.
+model_config gqa128_config() {
+  model_config c = test::small_gqa_config();
+  c.hidden_size = 512;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 128;
+  return c;
+}
+
+TEST_F(cuda_kv_modes, lane_order_random_model_short_and_long_prompts) {
+  const auto c = gqa128_config();
+  const auto m = test::random_weights(c, 19, 0.1f, dtype::bf16);
+  std::mt19937 rng(8);
+  std::vector<std::int32_t> long_prompt(150), short_prompt(9);
+  for (auto& t : long_prompt) t = std::int32_t(rng() % std::uint32_t(c.vocab_size));
+  for (auto& t : short_prompt) t = std::int32_t(rng() % std::uint32_t(c.vocab_size));
+  for (const auto& mode : all_modes(32, 16, 32)) {
+    if (mode.format == kv_format::specache) continue;  // keeps the cpu order (replaced rows)
+    check_mode(c, m.w, mode, long_prompt, 70, 4, "random model, long prompt", {}, true);
+    check_mode(c, m.w, mode, short_prompt, 70, 4, "random model, short prompt", {}, true);
+  }
+  const std::vector<event> events = {{5, 0, 4}, {9, 3, 8}, {20, 0, 4}, {26, 5, 8}, {40, 2, 0}};
+  check_mode(c, m.w, parse_kv_mode("hier", 8, 32, 0), long_prompt, 50, 3, "random model, hier switching", events,
+             true);
+}
+
+TEST_F(cuda_kv_modes, lane_order_default_model_greedy_tokens_match_the_cpu_cache) {
+  const model m = model::load(test::default_model_dir());
+  ASSERT_EQ(m.config.head_dim, 128);
+  const auto prompt = m.tok.encode("The old man looked out over the sea and", m.tok.add_bos_default());
+  for (const auto& mode : all_modes(64, 64, 128))
+    if (mode.format != kv_format::specache)
+      check_mode(m.config, m.weights, mode, prompt, 150, 4, "models/default, short prompt", {}, true);
 }
 
 TEST_F(cuda_kv_modes, hier_read_switch_and_rollback_within_the_window) {

@@ -183,10 +183,12 @@ struct target_run {
 };
 
 // Greedy decoding of the target alone: 16-bit weights, INT8 reads.
-target_run target_greedy(const cuda_model& gm, const kv_mode& mode, const std::vector<std::int32_t>& prompt, int n) {
+target_run target_greedy(const cuda_model& gm, const kv_mode& mode, const std::vector<std::int32_t>& prompt, int n,
+                         bool lane_order = false) {
   cuda_forward_options o;
   o.max_context = std::int64_t(prompt.size()) + n + 8;
   o.kv = mode;
+  o.packed_lane_order = lane_order;
   cuda_forward fwd(gm, o);
   const std::size_t V = std::size_t(gm.config().vocab_size);
   std::vector<float> logits(V);
@@ -210,10 +212,11 @@ struct qs_run {
 };
 
 qs_run quantspec_greedy(const cuda_model& gm, std::int64_t group, const std::vector<std::int32_t>& prompt, int n,
-                        const gamma_options& g) {
+                        const gamma_options& g, bool lane_order = false) {
   cuda_forward_options o;
   o.max_context = std::int64_t(prompt.size()) + n + 32;
   o.kv = hier(8, group);
+  o.packed_lane_order = lane_order;
   o.max_step_tokens = 16;
   cuda_forward fwd(gm, o);
   sampling_params greedy;
@@ -280,6 +283,23 @@ TEST_F(cuda_quantspec_test, greedy_rounds_equal_the_target_alone_on_the_default_
   expect_same_greedy(ref, got, "default model, gamma 5");
   // The trained model's 4-bit draft agrees with it most of the time.
   EXPECT_GT(got.stats.acceptance_rate(), 0.5) << got.stats.summary();
+}
+
+// The same with the hierarchical cache in lane order (packed attention v4
+// for the draft's INT4 reads and the verify's multi-query INT8 blocks).
+TEST_F(cuda_quantspec_test, greedy_rounds_equal_the_target_alone_in_lane_order) {
+  const model m = model::load(test::default_model_dir());
+  cuda_model gm(m.config, m.weights);
+  gm.make_draft(128);
+  std::string text;
+  for (int i = 0; i < 12; ++i) text += "The old man looked out over the sea and said that the boat would come back. ";
+  const auto prompt = m.tok.encode(text, m.tok.add_bos_default());
+  const auto ref = target_greedy(gm, hier(8, 32), prompt, 96, true);
+  for (const char* g : {"1", "5"}) {
+    const auto got = quantspec_greedy(gm, 32, prompt, 96, parse_gamma(g), true);
+    expect_same_greedy(ref, got, std::string("default model, lane order, gamma ") + g);
+    EXPECT_GT(got.stats.acceptance_rate(), 0.5) << got.stats.summary();
+  }
 }
 
 TEST_F(cuda_quantspec_test, sampled_rounds_are_reproducible_per_seed) {

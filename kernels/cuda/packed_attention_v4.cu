@@ -1,0 +1,624 @@
+// Packed decode attention, version 4: the cache in lane order
+// (packed_lane_order.hpp), head_dim 128. See packed_attention.hpp for the
+// interface (the same arguments and partial outputs as v3, whose combine
+// merges the splits) and NOTES.md, "Packed attention v4".
+//
+// Block = (split, KV head, entry or multi-query block), 4 warps; a split is
+// a run of 128-position tiles, and warp w takes tiles first + w, + 4, ...,
+// each as four chunks of 32 positions that the warp alone copies into its
+// own ring of shared-memory stages (cp.async) and computes: no block barrier
+// until the split's end. Per chunk:
+//   scores: S = Q' K^T, A = Q' (the block's query columns as rows, times the
+//     key group's channel scales, in f16: recomputed when the group
+//     changes), B = key codes as they lie (one 4b-byte load per lane per 8
+//     tokens), plus base = sum_c q_c z_c per row (an MMA of q against the
+//     zeros);
+//   online softmax per row (log2 domain) over the chunk's 32 positions;
+//   values: O^T += V^T P'^T, A = value codes as they lie (2b words per lane
+//     per 16 tokens), B = P' = f16(p s_t): the score accumulators are that
+//     B operand element for element; the zero terms sum_t p z_t are one
+//     more MMA per value group with the zeros as A.
+// Window rows (bf16 ring) take the same MMAs with f16 conversions and unit
+// scales, read straight from global memory.
+//
+// Error: Q' = f16(f16(q scale log2 e) s) and P' = f16(f16(p) s), two
+// roundings each (v3: one); the test tolerance (5e-3) is v3's.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cuda/async_copy.cuh"
+#include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/packed_attention.hpp"
+#include "kernels/cuda/packed_attention_v4.hpp"
+#include "kernels/cuda/packed_lane_order.hpp"
+#include "kernels/cuda/packed_mma.cuh"
+#include "kernels/cuda/vec.cuh"
+
+namespace specpipe::kernels::cuda::v4 {
+namespace {
+
+constexpr int warps = 4;
+constexpr int threads = 32 * warps;
+constexpr int D = lane_order::head_dim;
+constexpr int chunk_tokens = 32;
+constexpr int tile_tokens = 128;  // the split rule's unit (packed_attention_tiles)
+constexpr float log2e = 1.4426950408889634f;
+
+using detail::cp_async16;
+using detail::cp_async_commit;
+using detail::cp_async_wait_dyn;
+using packed_mma::mma16816;
+
+struct launch_shape {
+  int gq = 4;
+  int log2_group = 6;
+  int stages = 3;
+  int stage_bytes = 0, warp_bytes = 0;
+  int off_kl = 0, off_vc = 0, off_vl = 0, off_vs = 0, off_vz = 0, off_ks = 0, off_kz = 0;  // within a stage
+  int off_warps = 0, smem = 0;  // q16 [8][128] f16 at 0, ml [warps][8][2] f32 after it
+};
+
+constexpr int off_ml = 8 * D * 2;
+constexpr int fixed_bytes = off_ml + warps * 8 * 2 * 4;
+
+__device__ __forceinline__ unsigned as_u32(__half2 h) { return *reinterpret_cast<unsigned*>(&h); }
+__device__ __forceinline__ __half2 as_h2(unsigned u) { return *reinterpret_cast<__half2*>(&u); }
+__device__ __forceinline__ unsigned hmul2u(unsigned a, unsigned b) { return as_u32(__hmul2(as_h2(a), as_h2(b))); }
+__device__ __forceinline__ unsigned hscale2u(unsigned a, float s) {
+  return as_u32(__hmul2(as_h2(a), __float2half2_rn(s)));
+}
+__device__ __forceinline__ unsigned pack_f16(float lo, float hi) { return as_u32(__floats2half2_rn(lo, hi)); }
+// bf16x2 -> f16x2 (window rows).
+__device__ __forceinline__ unsigned bf2_to_h2(unsigned w) {
+  const float lo = __uint_as_float(w << 16), hi = __uint_as_float(w & 0xffff0000u);
+  return pack_f16(lo, hi);
+}
+__device__ __forceinline__ float bf16_bits_to_f32(std::uint16_t b) { return __uint_as_float(unsigned(b) << 16); }
+
+// Pair i of a lane's words as the exact f16x2 codes (packed_lane_order.hpp):
+// AND/OR into the mantissas of 1024.0, then x 2^-p minus 1024 2^-p.
+template <int B>
+__device__ __forceinline__ unsigned raw_pair(const unsigned* w, int i) {
+  constexpr int PW = lane_order::pairs_per_word(B), PH = lane_order::pairs_per_half(B);
+  const int s = i % PW, p = (s % PH) * B;
+  const unsigned x = s >= PH ? (w[i / PW] >> 8) : w[i / PW];
+  constexpr unsigned m = (1u << B) - 1u;
+  return (x & ((m << p) | (m << (p + 16)))) | 0x64006400u;
+}
+template <int B>
+__device__ __forceinline__ unsigned code_pair(const unsigned* w, int i) {
+  const int p = ((i % lane_order::pairs_per_word(B)) % lane_order::pairs_per_half(B)) * B;
+  const float inv = 1.f / float(1 << p);
+  return as_u32(__hfma2(as_h2(raw_pair<B>(w, i)), __float2half2_rn(inv), __float2half2_rn(-1024.f * inv)));
+}
+// INT8 read of hier: 16 U + L, both planes 4-bit in the same order.
+__device__ __forceinline__ unsigned code_pair8(const unsigned* u, const unsigned* l, int i) {
+  const int p = ((i % lane_order::pairs_per_word(4)) % lane_order::pairs_per_half(4)) * 4;
+  const float inv = 1.f / float(1 << p);
+  // x = 16 u - 1024 2^-p (exact), then l + x = 16 u + l (exact).
+  const __half2 x = __hfma2(as_h2(raw_pair<4>(u, i)), __float2half2_rn(16.f * inv),
+                            __float2half2_rn(-1024.f * 16.f * inv - 1024.f * inv));
+  return as_u32(__hfma2(as_h2(raw_pair<4>(l, i)), __float2half2_rn(inv), x));
+}
+
+template <int N>
+__device__ __forceinline__ void lds_words(const unsigned char* p, unsigned (&w)[N]) {
+  if constexpr (N == 1) {
+    w[0] = *reinterpret_cast<const unsigned*>(p);
+  } else if constexpr (N == 2) {
+    const uint2 v = *reinterpret_cast<const uint2*>(p);
+    w[0] = v.x;
+    w[1] = v.y;
+  } else {
+#pragma unroll
+    for (int i = 0; i < N; i += 4) {
+      const uint4 v = *reinterpret_cast<const uint4*>(p + 4 * i);
+      w[i] = v.x;
+      w[i + 1] = v.y;
+      w[i + 2] = v.z;
+      w[i + 3] = v.w;
+    }
+  }
+}
+
+template <int B, bool LOWER, int NG>
+__global__ void __launch_bounds__(threads, 3) packed_attention_v4_kernel(packed_attention_args a, launch_shape sh) {
+  constexpr int ROWB = lane_order::key_row_bytes(B);  // bytes per token of a plane (keys; values in blocks)
+  constexpr int VG = D / NG;                          // channels per value group
+  constexpr int MT_PER_G = VG / 16;                   // m-tiles of 16 channels per value group
+  extern __shared__ __align__(16) unsigned char smem[];
+  detail::grid_dependency_wait();
+
+  const int split = blockIdx.x, kh = blockIdx.y;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const packed_cache_view& c = a.cache;
+  const int gq = sh.gq, nkv = c.n_kv_heads;
+  const bool multi = a.block_first != nullptr;
+  const int e = multi ? a.block_first[blockIdx.z] : int(blockIdx.z);
+  const int nqry = multi ? a.block_count[blockIdx.z] : 1;
+  const int ncols = nqry * gq;
+  auto col_bh = [&](int h) {
+    const int qi = h / gq;
+    return std::int64_t(e + qi) * a.n_heads + std::int64_t(kh) * gq + (h - qi * gq);
+  };
+  const int slot = a.entry_slot[e];
+  const int len = a.entry_len[e + nqry - 1];
+  const int nq = min(a.entry_quant[e], len);
+  const int ptiles = (nq + tile_tokens - 1) / tile_tokens;
+  const int tiles = ptiles + (len - nq + tile_tokens - 1) / tile_tokens;
+  const int eff = min(a.splits, tiles);
+  const int per_split = (tiles + eff - 1) / eff;
+  const int first = split * per_split;
+  const int last = min(tiles, first + per_split);
+
+  float* part_o = a.partial;
+  float* part_ml = a.partial + std::int64_t(a.entries) * a.n_heads * a.splits * D;
+  if (first >= last) {
+    if (tid < ncols) {
+      part_ml[(col_bh(tid) * a.splits + split) * 2 + 0] = -INFINITY;
+      part_ml[(col_bh(tid) * a.splits + split) * 2 + 1] = 0.f;
+    }
+    return;
+  }
+
+  // q * scale * log2 e as f16, one row per query column (zeros past ncols).
+  __half* q16_s = reinterpret_cast<__half*>(smem);
+  float* ml_s = reinterpret_cast<float*>(smem + off_ml);
+  const float qscale = a.scale * log2e;
+  for (int i = tid; i < 8 * D; i += threads) {
+    const int h = i / D, qi = h / gq;
+    float v = 0.f;
+    if (h < ncols) {
+      const std::uint16_t* qrow = a.q + std::int64_t(e + qi) * a.ld_q + (std::int64_t(kh) * gq + (h - qi * gq)) * D;
+      v = bf16_bits_to_f32(qrow[i - h * D]) * qscale;
+    }
+    q16_s[i] = __float2half_rn(v);
+  }
+  __syncthreads();
+
+  const std::int64_t run = std::int64_t(slot) * nkv + kh;
+  const unsigned char* kc_g = c.k_codes + run * c.k_run;
+  const unsigned char* kl_g = LOWER ? c.k_lower + run * c.k_run : nullptr;
+  const std::uint16_t* ks_g = c.k_scale + run * c.ks_run;
+  const std::uint16_t* kz_g = c.k_zero + run * c.ks_run;
+  const unsigned char* vc_g = c.v_codes + run * c.v_run;
+  const unsigned char* vl_g = LOWER ? c.v_lower + run * c.v_run : nullptr;
+  const std::uint16_t* vs_g = c.v_scale + run * c.vs_run;
+  const std::uint16_t* vz_g = c.v_zero + run * c.vs_run;
+  const std::uint16_t* wk_g = c.win_k + run * c.win_cap * D;
+  const std::uint16_t* wv_g = c.win_v + run * c.win_cap * D;
+  const int my_len = g < ncols ? a.entry_len[e + g / gq] : 0;  // positions row g attends
+
+  unsigned char* region = smem + sh.off_warps + warp * sh.warp_bytes;
+  const int S = sh.stages;
+  // The warp's chunks: k -> tile first + warp + 4 (k / 4), chunk k % 4.
+  const int my_tiles = (last - first - warp + warps - 1) / warps;
+  const int nk = 4 * max(my_tiles, 0);
+  // Position of chunk k (-1: past its tile's end); `packed`: in the packed part.
+  auto chunk_pos = [&](int k, bool& packed) {
+    const int tile = first + warp + warps * (k >> 2);
+    if (tile < ptiles) {
+      packed = true;
+      const int p = tile * tile_tokens + (k & 3) * chunk_tokens;
+      return p < nq ? p : -1;
+    }
+    packed = false;
+    const int p = nq + (tile - ptiles) * tile_tokens + (k & 3) * chunk_tokens;
+    return p < len ? p : -1;
+  };
+  int load_group = -1;
+  auto load_chunk = [&](int k) {
+    if (k >= nk) return;
+    bool packed;
+    const int p0 = chunk_pos(k, packed);
+    if (p0 < 0 || !packed) return;
+    unsigned char* st = region + (k % S) * sh.stage_bytes;
+    auto copy = [&](unsigned char* dst, const void* src, int bytes) {
+      const unsigned char* s8 = static_cast<const unsigned char*>(src);
+      for (int i = lane * 16; i < bytes; i += 32 * 16) cp_async16(dst + i, s8 + i);
+    };
+    copy(st, kc_g + std::int64_t(p0) * ROWB, chunk_tokens * ROWB);
+    copy(st + sh.off_vc, vc_g + std::int64_t(p0) * ROWB, chunk_tokens * ROWB);
+    if constexpr (LOWER) {
+      copy(st + sh.off_kl, kl_g + std::int64_t(p0) * 64, chunk_tokens * 64);
+      copy(st + sh.off_vl, vl_g + std::int64_t(p0) * 64, chunk_tokens * 64);
+    }
+    copy(st + sh.off_vs, vs_g + std::int64_t(p0) * NG, chunk_tokens * NG * 2);
+    copy(st + sh.off_vz, vz_g + std::int64_t(p0) * NG, chunk_tokens * NG * 2);
+    const int grp = p0 >> sh.log2_group;
+    if (grp != load_group) {
+      load_group = grp;
+      copy(st + sh.off_ks, ks_g + std::int64_t(grp) * D, D * 2);
+      copy(st + sh.off_kz, kz_g + std::int64_t(grp) * D, D * 2);
+    }
+  };
+  for (int i = 0; i < S - 1; ++i) {
+    load_chunk(i);
+    cp_async_commit();
+  }
+
+  float o[8][4];       // O^T: m-tile j, (channel 16j + g | + 8) x (column 2t | 2t + 1)
+  float zacc[NG][4];   // sum_t p z_t per value group, same columns
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) o[j][r] = 0.f;
+#pragma unroll
+  for (int cg = 0; cg < NG; ++cg)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) zacc[cg][r] = 0.f;
+  float m_run = -INFINITY, l_run = 0.f;
+  unsigned aq[8][2];  // A of the scores, row g: k-step j, channels 16j + 2t (+ 8)
+  float base = 0.f;
+  int cur_group = -1;  // -2: window (A = q alone)
+
+  auto q16_word = [&](int j, int h) {
+    return *reinterpret_cast<const unsigned*>(q16_s + g * D + 16 * j + 8 * h + 2 * t);
+  };
+
+  for (int k = 0; k < nk; ++k) {
+    cp_async_wait_dyn(S - 2);
+    __syncwarp();
+    load_chunk(k + S - 1);
+    cp_async_commit();
+    bool packed;
+    const int p0 = chunk_pos(k, packed);
+    if (p0 < 0) continue;
+    const unsigned char* st = region + (k % S) * sh.stage_bytes;
+
+    float sc[4][4];
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) sc[nt][r] = 0.f;
+
+    if (packed) {
+      const int grp = p0 >> sh.log2_group;
+      if (grp != cur_group) {
+        cur_group = grp;
+        const unsigned char* ks = st + sh.off_ks;
+        const unsigned char* kz = st + sh.off_kz;
+        float bacc[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          unsigned qw[2], zw[2];
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int off = 2 * (16 * j + 8 * h + 2 * t);
+            qw[h] = q16_word(j, h);
+            unsigned sw = *reinterpret_cast<const unsigned*>(ks + off);
+            if constexpr (LOWER) sw = hscale2u(sw, 0.0625f);  // s / 16: exact
+            aq[j][h] = hmul2u(qw[h], sw);
+            zw[h] = *reinterpret_cast<const unsigned*>(kz + off);
+          }
+          // base = sum_c q_c z_c: B = the zeros broadcast over the 8 columns.
+          mma16816(bacc, qw[0], 0u, qw[1], 0u, zw[0], zw[1]);
+          if constexpr (LOWER) {  // k^ = (z - s/2) + (s/16) code: minus 8 sum_c q_c s_c / 16
+            const unsigned m8 = 0xC800C800u;  // f16x2 (-8, -8)
+            mma16816(bacc, aq[j][0], 0u, aq[j][1], 0u, m8, m8);
+          }
+        }
+        base = bacc[0];
+      }
+      // Scores of the chunk's 4 n-tiles of 8 tokens.
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        unsigned kw[B];
+        lds_words<B>(st + (nt * 8 + g) * ROWB + t * 4 * B, kw);
+        if constexpr (LOWER) {
+          unsigned lw[4];
+          lds_words<4>(st + sh.off_kl + (nt * 8 + g) * 64 + t * 16, lw);
+#pragma unroll
+          for (int j = 0; j < 8; ++j)
+            mma16816(sc[nt], aq[j][0], 0u, aq[j][1], 0u, code_pair8(kw, lw, 2 * j), code_pair8(kw, lw, 2 * j + 1));
+        } else {
+#pragma unroll
+          for (int j = 0; j < 8; ++j)
+            mma16816(sc[nt], aq[j][0], 0u, aq[j][1], 0u, code_pair<B>(kw, 2 * j), code_pair<B>(kw, 2 * j + 1));
+        }
+      }
+    } else {
+      if (cur_group != -2) {
+        cur_group = -2;
+        base = 0.f;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          aq[j][0] = q16_word(j, 0);
+          aq[j][1] = q16_word(j, 1);
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        const int pos = p0 + nt * 8 + g;
+        const bool valid = pos < len;
+        const std::uint16_t* kr = wk_g + std::int64_t(pos % c.win_cap) * D;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const unsigned w0 = valid ? *reinterpret_cast<const unsigned*>(kr + 16 * j + 2 * t) : 0u;
+          const unsigned w1 = valid ? *reinterpret_cast<const unsigned*>(kr + 16 * j + 8 + 2 * t) : 0u;
+          mma16816(sc[nt], aq[j][0], 0u, aq[j][1], 0u, bf2_to_h2(w0), bf2_to_h2(w1));
+        }
+      }
+    }
+
+    // Online softmax of row g over the chunk (log2 domain).
+    float p[4][2];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int e2 = 0; e2 < 2; ++e2) {
+        const int pos = p0 + nt * 8 + 2 * t + e2;
+        p[nt][e2] = pos < my_len ? sc[nt][e2] + base : -INFINITY;
+        mx = fmaxf(mx, p[nt][e2]);
+      }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(m_run, mx);
+    const float ms = m_new == -INFINITY ? 0.f : m_new;
+    const float corr = exp2f(m_run - ms);
+    float psum = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int e2 = 0; e2 < 2; ++e2) {
+        p[nt][e2] = exp2f(p[nt][e2] - ms);
+        psum += p[nt][e2];
+      }
+    l_run = l_run * corr + psum;
+    m_run = m_new;
+    // O^T's columns 2t and 2t + 1 are rows of lanes 8t and 8t + 4.
+    const float c0 = __shfl_sync(0xffffffffu, corr, 8 * t), c1 = __shfl_sync(0xffffffffu, corr, 8 * t + 4);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      o[j][0] *= c0;
+      o[j][1] *= c1;
+      o[j][2] *= c0;
+      o[j][3] *= c1;
+    }
+#pragma unroll
+    for (int cg = 0; cg < NG; ++cg) {
+      zacc[cg][0] *= c0;
+      zacc[cg][1] *= c1;
+      zacc[cg][2] *= c0;
+      zacc[cg][3] *= c1;
+    }
+
+    // Values, 16 tokens at a time: B = P^T from the score accumulators.
+#pragma unroll
+    for (int sub = 0; sub < 2; ++sub) {
+      const unsigned pb0 = pack_f16(p[2 * sub][0], p[2 * sub][1]);
+      const unsigned pb1 = pack_f16(p[2 * sub + 1][0], p[2 * sub + 1][1]);
+      if (packed) {
+        const std::uint16_t* vs = reinterpret_cast<const std::uint16_t*>(st + sh.off_vs);
+        const std::uint16_t* vz = reinterpret_cast<const std::uint16_t*>(st + sh.off_vz);
+        const int t0 = sub * 16 + 2 * t, t1 = t0 + 8;  // tokens of b0 (and + 1), of b1 (and + 1)
+        unsigned pp0[NG], pp1[NG];
+#pragma unroll
+        for (int cg = 0; cg < NG; ++cg) {
+          unsigned s0 = unsigned(vs[t0 * NG + cg]) | (unsigned(vs[(t0 + 1) * NG + cg]) << 16);
+          unsigned s1 = unsigned(vs[t1 * NG + cg]) | (unsigned(vs[(t1 + 1) * NG + cg]) << 16);
+          const unsigned z0 = unsigned(vz[t0 * NG + cg]) | (unsigned(vz[(t0 + 1) * NG + cg]) << 16);
+          const unsigned z1 = unsigned(vz[t1 * NG + cg]) | (unsigned(vz[(t1 + 1) * NG + cg]) << 16);
+          mma16816(zacc[cg], z0, z0, z1, z1, pb0, pb1);
+          if constexpr (LOWER) {  // v^ = (z - s/2) + (s/16) code
+            const unsigned h0 = hscale2u(s0, -0.5f), h1 = hscale2u(s1, -0.5f);
+            mma16816(zacc[cg], h0, h0, h1, h1, pb0, pb1);
+            s0 = hscale2u(s0, 0.0625f);
+            s1 = hscale2u(s1, 0.0625f);
+          }
+          pp0[cg] = hmul2u(pb0, s0);
+          pp1[cg] = hmul2u(pb1, s1);
+        }
+        unsigned vw[2 * B];
+        lds_words<2 * B>(st + sh.off_vc + sub * lane_order::value_block_bytes(B) + lane * 8 * B, vw);
+        if constexpr (LOWER) {
+          unsigned lw[8];
+          lds_words<8>(st + sh.off_vl + sub * lane_order::value_block_bytes(4) + lane * 32, lw);
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            const int cg = j / MT_PER_G;
+            mma16816(o[j], code_pair8(vw, lw, 4 * j), code_pair8(vw, lw, 4 * j + 1), code_pair8(vw, lw, 4 * j + 2),
+                     code_pair8(vw, lw, 4 * j + 3), pp0[cg], pp1[cg]);
+          }
+        } else {
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            const int cg = j / MT_PER_G;
+            mma16816(o[j], code_pair<B>(vw, 4 * j), code_pair<B>(vw, 4 * j + 1), code_pair<B>(vw, 4 * j + 2),
+                     code_pair<B>(vw, 4 * j + 3), pp0[cg], pp1[cg]);
+          }
+        }
+      } else {
+        // Window rows: A = V^T in f16, straight from the ring; P' = p.
+        const int pa = p0 + sub * 16 + 2 * t;  // positions of a0 (and + 1); a2: + 8
+        const std::uint16_t* rows[4];
+        bool ok[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int pos = pa + (i & 1) + 8 * (i >> 1);
+          ok[i] = pos < len;
+          rows[i] = wv_g + std::int64_t(pos % c.win_cap) * D;
+        }
+        auto val = [&](int i, int ch) { return ok[i] ? bf16_bits_to_f32(rows[i][ch]) : 0.f; };
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const int ch0 = 16 * j + g, ch1 = ch0 + 8;
+          mma16816(o[j], pack_f16(val(0, ch0), val(1, ch0)), pack_f16(val(0, ch1), val(1, ch1)),
+                   pack_f16(val(2, ch0), val(3, ch0)), pack_f16(val(2, ch1), val(3, ch1)), pb0, pb1);
+        }
+      }
+    }
+  }
+  detail::cp_async_wait<0>();
+  __syncwarp();
+
+  // The warp's rows into its own (now idle) stage region, then the block's merge.
+  float l = l_run + __shfl_xor_sync(0xffffffffu, l_run, 1);
+  l += __shfl_xor_sync(0xffffffffu, l, 2);
+  float* fin = reinterpret_cast<float*>(region);  // [8 columns][128]
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int ch = 16 * j + g + 8 * (r >> 1), col = 2 * t + (r & 1);
+      fin[col * D + ch] = o[j][r] + zacc[j / MT_PER_G][r];
+    }
+  if (t == 0) {
+    ml_s[(warp * 8 + g) * 2 + 0] = m_run;
+    ml_s[(warp * 8 + g) * 2 + 1] = l;
+  }
+  __syncthreads();
+  for (int idx = tid; idx < ncols * D; idx += threads) {
+    const int h = idx / D, ch = idx - h * D;
+    float m = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < warps; ++w)
+      if (ml_s[(w * 8 + h) * 2 + 1] > 0.f) m = fmaxf(m, ml_s[(w * 8 + h) * 2]);
+    float num = 0.f, den = 0.f;
+#pragma unroll
+    for (int w = 0; w < warps; ++w) {
+      const float lw = ml_s[(w * 8 + h) * 2 + 1];
+      if (lw > 0.f) {
+        const float wt = exp2f(ml_s[(w * 8 + h) * 2] - m);
+        const float* fw = reinterpret_cast<const float*>(smem + sh.off_warps + w * sh.warp_bytes);
+        num = fmaf(wt, fw[h * D + ch], num);
+        den = fmaf(wt, lw, den);
+      }
+    }
+    const std::int64_t bh = col_bh(h);
+    part_o[(bh * a.splits + split) * D + ch] = den > 0.f ? num / den : 0.f;
+    if (ch == 0) {
+      part_ml[(bh * a.splits + split) * 2 + 0] = m;
+      part_ml[(bh * a.splits + split) * 2 + 1] = den;
+    }
+  }
+}
+
+using kernel_fn = void (*)(packed_attention_args, launch_shape);
+
+template <int B, bool LOWER>
+kernel_fn pick_groups(int ng) {
+  switch (ng) {
+    case 1: return packed_attention_v4_kernel<B, LOWER, 1>;
+    case 2: return packed_attention_v4_kernel<B, LOWER, 2>;
+    default: return packed_attention_v4_kernel<B, LOWER, 4>;
+  }
+}
+
+kernel_fn pick(int bits, bool lower, int ng) {
+  if (lower) return pick_groups<4, true>(ng);
+  switch (bits) {
+    case 1: return pick_groups<1, false>(ng);
+    case 2: return pick_groups<2, false>(ng);
+    default: return pick_groups<4, false>(ng);
+  }
+}
+
+void fail(const std::string& what) { throw std::invalid_argument("packed_attention (lane order): " + what); }
+
+int round16(int x) { return (x + 15) / 16 * 16; }
+
+kernel_fn prepare(const packed_attention_args& a, launch_shape& sh) {
+  const packed_cache_view& c = a.cache;
+  if (c.head_dim != D) fail("head_dim must be 128, got " + std::to_string(c.head_dim));
+  if (c.bits != 1 && c.bits != 2 && c.bits != 4) fail("bits must be 1, 2 or 4, got " + std::to_string(c.bits));
+  const bool lower = c.k_lower != nullptr;
+  if (lower != (c.v_lower != nullptr)) fail("keys and values must both have a lower plane or neither");
+  if (lower && c.bits != 4) fail("a lower plane needs 4-bit upper codes, got " + std::to_string(c.bits));
+  if (c.group != 32 && c.group != 64 && c.group != 128)
+    fail("group " + std::to_string(c.group) + " is not 32, 64 or 128");
+  if (c.n_kv_heads <= 0 || a.n_heads % c.n_kv_heads != 0)
+    fail("n_heads " + std::to_string(a.n_heads) + " is not a multiple of n_kv_heads " + std::to_string(c.n_kv_heads));
+  const int gq = a.n_heads / c.n_kv_heads;
+  if (gq != 1 && gq != 2 && gq != 4 && gq != 8) fail("GQA group " + std::to_string(gq) + " is not 1, 2, 4 or 8");
+  if (a.rows.positions) fail("replaced rows (SpeCache) need the cpu order and the v3 kernel");
+  if (a.scores) fail("raw scores need the cpu order and the v3 kernel");
+  if (a.splits < 1) fail("splits must be >= 1, got " + std::to_string(a.splits));
+  if (a.stages < 2 || a.stages > 4) fail("stages must be 2, 3 or 4, got " + std::to_string(a.stages));
+  if (!a.q || !a.partial || (!a.out_f32 && !a.out_bf16)) fail("q, partial or out missing");
+  if (!a.entry_slot || !a.entry_quant || !a.entry_len) fail("per-entry slot, packed length and length missing");
+  auto aligned16 = [](const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; };
+  const void* ptrs[] = {c.k_codes, c.k_scale, c.k_zero, c.v_codes, c.v_scale, c.v_zero, c.win_k, c.win_v};
+  for (const void* p : ptrs)
+    if (!p || !aligned16(p)) fail("codes, scales, zeros and window rows must be present and 16-byte aligned");
+  if (lower && (!aligned16(c.k_lower) || !aligned16(c.v_lower))) fail("lower planes must be 16-byte aligned");
+  if (c.k_run % 16 || c.v_run % 16 || c.ks_run % 8 || c.vs_run % 8)
+    fail("runs per (slot, head) must keep every run 16-byte aligned");
+  if (c.win_cap < 1) fail("win_cap must be >= 1");
+  if (a.block_first) {
+    if (!a.block_count || a.blocks < 1) fail("multi-query blocks need block_count and blocks >= 1");
+    if (a.max_queries < 1 || a.max_queries * gq > 8)
+      fail("max_queries " + std::to_string(a.max_queries) + " times the GQA group " + std::to_string(gq) +
+           " exceeds the 8 query columns of a block");
+  }
+  sh.gq = gq;
+  sh.log2_group = c.group == 32 ? 5 : c.group == 64 ? 6 : 7;
+  sh.stages = a.stages;
+  const int ng = c.value_groups();
+  const int rowb = lane_order::key_row_bytes(c.bits);
+  int off = chunk_tokens * rowb;  // keys at 0
+  sh.off_kl = off;
+  if (lower) off += chunk_tokens * 64;
+  sh.off_vc = off;
+  off += chunk_tokens * rowb;
+  sh.off_vl = off;
+  if (lower) off += chunk_tokens * 64;
+  sh.off_vs = off;
+  off += round16(chunk_tokens * ng * 2);
+  sh.off_vz = off;
+  off += round16(chunk_tokens * ng * 2);
+  sh.off_ks = off;
+  off += D * 2;
+  sh.off_kz = off;
+  off += D * 2;
+  sh.stage_bytes = off;
+  sh.warp_bytes = std::max(sh.stages * sh.stage_bytes, 8 * D * 4);  // the stages, then the warp's rows
+  sh.off_warps = fixed_bytes;
+  sh.smem = fixed_bytes + warps * sh.warp_bytes;
+  const kernel_fn k = pick(c.bits, lower, ng);
+  static std::mutex mu;
+  static std::map<kernel_fn, int> configured;
+  std::lock_guard<std::mutex> lock(mu);
+  int& have = configured[k];
+  if (have < sh.smem) {
+    CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, sh.smem));
+    have = sh.smem;
+  }
+  return k;
+}
+
+}  // namespace
+
+int blocks_per_sm(const packed_attention_args& a) {
+  launch_shape sh;
+  const kernel_fn k = prepare(a, sh);
+  int n = 0;
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, threads, std::size_t(sh.smem)));
+  return std::max(n, 1);
+}
+
+std::size_t smem_bytes(const packed_attention_args& a) {
+  launch_shape sh;
+  prepare(a, sh);
+  return std::size_t(sh.smem);
+}
+
+void launch(const packed_attention_args& a, stream_t s) {
+  launch_shape sh;
+  const kernel_fn k = prepare(a, sh);
+  const dim3 grid(unsigned(a.splits), unsigned(a.cache.n_kv_heads), unsigned(a.block_first ? a.blocks : a.entries));
+  detail::launch_kernel(k, grid, dim3(threads), std::size_t(sh.smem), as_stream(s), a.dependent, a, sh);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace specpipe::kernels::cuda::v4
