@@ -66,15 +66,13 @@ struct launch_shape {
   int off_warps = 0, smem = 0;  // q16 [8][128] f16 at 0, ml [warps][8][2] f32 after it
 };
 
-constexpr int off_ml = 8 * D * 2;
+// q16 rows padded by 8 halves: row g's words start at bank 4 g (conflict-free
+// fragment loads: lanes (g, t) read word 68 g + 8 j + 4 h + t).
+constexpr int q16_stride = D + 8;
+constexpr int off_ml = 8 * q16_stride * 2;
 constexpr int fixed_bytes = off_ml + warps * 8 * 2 * 4;
 
 __device__ __forceinline__ unsigned as_u32(__half2 h) { return *reinterpret_cast<unsigned*>(&h); }
-__device__ __forceinline__ __half2 as_h2(unsigned u) { return *reinterpret_cast<__half2*>(&u); }
-__device__ __forceinline__ unsigned hmul2u(unsigned a, unsigned b) { return as_u32(__hmul2(as_h2(a), as_h2(b))); }
-__device__ __forceinline__ unsigned hscale2u(unsigned a, float s) {
-  return as_u32(__hmul2(as_h2(a), __float2half2_rn(s)));
-}
 __device__ __forceinline__ unsigned pack_f16(float lo, float hi) { return as_u32(__floats2half2_rn(lo, hi)); }
 // bf16x2 -> f16x2 (window rows).
 __device__ __forceinline__ unsigned bf2_to_h2(unsigned w) {
@@ -82,6 +80,30 @@ __device__ __forceinline__ unsigned bf2_to_h2(unsigned w) {
   return pack_f16(lo, hi);
 }
 __device__ __forceinline__ float bf16_bits_to_f32(std::uint16_t b) { return __uint_as_float(unsigned(b) << 16); }
+
+// f16x2 bit patterns of the exact constants below (integer arithmetic, so
+// they fold once the unrolled loops fix p), and f16x2 FMA/MUL on raw
+// registers: ptxas folds constant operands into the instruction's
+// immediates (the cvt inside __float2half2_rn is inline asm it keeps).
+__host__ __device__ constexpr unsigned h2(unsigned bits) { return bits * 0x10001u; }
+__host__ __device__ constexpr unsigned f16_pow2(int e) { return unsigned(e + 15) << 10; }  // 2^e
+constexpr unsigned f16_sign = 0x8000u;
+__device__ __forceinline__ unsigned hfma2_raw(unsigned a, unsigned b, unsigned c) {
+  unsigned d;
+  asm("fma.rn.f16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+__device__ __forceinline__ unsigned hmul2_raw(unsigned a, unsigned b) {
+  unsigned d;
+  asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+
+__device__ __forceinline__ unsigned hmul2u(unsigned a, unsigned b) { return hmul2_raw(a, b); }
+// a * s for a constant power of two s (exact but for subnormals).
+__device__ __forceinline__ unsigned hscale2u(unsigned a, unsigned h2_bits) { return hmul2_raw(a, h2_bits); }
+constexpr unsigned h2_sixteenth = h2(f16_pow2(-4));            // (1/16, 1/16)
+constexpr unsigned h2_minus_half = h2(f16_sign | f16_pow2(-1));  // (-0.5, -0.5)
 
 // Pair i of a lane's words as the exact f16x2 codes (packed_lane_order.hpp):
 // AND/OR into the mantissas of 1024.0, then x 2^-p minus 1024 2^-p.
@@ -96,17 +118,33 @@ __device__ __forceinline__ unsigned raw_pair(const unsigned* w, int i) {
 template <int B>
 __device__ __forceinline__ unsigned code_pair(const unsigned* w, int i) {
   const int p = ((i % lane_order::pairs_per_word(B)) % lane_order::pairs_per_half(B)) * B;
-  const float inv = 1.f / float(1 << p);
-  return as_u32(__hfma2(as_h2(raw_pair<B>(w, i)), __float2half2_rn(inv), __float2half2_rn(-1024.f * inv)));
+  // (1024 + 2^p c) 2^-p - 2^(10-p) = c
+  return hfma2_raw(raw_pair<B>(w, i), h2(f16_pow2(-p)), h2(f16_sign | f16_pow2(10 - p)));
 }
 // INT8 read of hier: 16 U + L, both planes 4-bit in the same order.
 __device__ __forceinline__ unsigned code_pair8(const unsigned* u, const unsigned* l, int i) {
   const int p = ((i % lane_order::pairs_per_word(4)) % lane_order::pairs_per_half(4)) * 4;
-  const float inv = 1.f / float(1 << p);
-  // x = 16 u - 1024 2^-p (exact), then l + x = 16 u + l (exact).
-  const __half2 x = __hfma2(as_h2(raw_pair<4>(u, i)), __float2half2_rn(16.f * inv),
-                            __float2half2_rn(-1024.f * 16.f * inv - 1024.f * inv));
-  return as_u32(__hfma2(as_h2(raw_pair<4>(l, i)), __float2half2_rn(inv), x));
+  // x = (1024 + 2^p u) 2^(4-p) - 17 2^(10-p) = 16 u - 2^(10-p) (exact; 17 = 1.0625 * 16),
+  // then (1024 + 2^p l) 2^-p + x = 16 u + l (exact).
+  const unsigned x = hfma2_raw(raw_pair<4>(u, i), h2(f16_pow2(4 - p)), h2(f16_sign | f16_pow2(14 - p) | 64u));
+  return hfma2_raw(raw_pair<4>(l, i), h2(f16_pow2(-p)), x);
+}
+
+template <int NG>
+__device__ __forceinline__ void token_pairs(const std::uint16_t* at_t0, unsigned (&out)[NG]) {
+  if constexpr (NG == 1) {
+    out[0] = *reinterpret_cast<const unsigned*>(at_t0);
+  } else if constexpr (NG == 2) {
+    const uint2 v = *reinterpret_cast<const uint2*>(at_t0);
+    out[0] = __byte_perm(v.x, v.y, 0x5410);
+    out[1] = __byte_perm(v.x, v.y, 0x7632);
+  } else {
+    const uint4 v = *reinterpret_cast<const uint4*>(at_t0);
+    out[0] = __byte_perm(v.x, v.z, 0x5410);
+    out[1] = __byte_perm(v.x, v.z, 0x7632);
+    out[2] = __byte_perm(v.y, v.w, 0x5410);
+    out[3] = __byte_perm(v.y, v.w, 0x7632);
+  }
 }
 
 template <int N>
@@ -181,7 +219,7 @@ __global__ void __launch_bounds__(threads, 3) packed_attention_v4_kernel(packed_
       const std::uint16_t* qrow = a.q + std::int64_t(e + qi) * a.ld_q + (std::int64_t(kh) * gq + (h - qi * gq)) * D;
       v = bf16_bits_to_f32(qrow[i - h * D]) * qscale;
     }
-    q16_s[i] = __float2half_rn(v);
+    q16_s[h * q16_stride + (i - h * D)] = __float2half_rn(v);
   }
   __syncthreads();
 
@@ -262,7 +300,7 @@ __global__ void __launch_bounds__(threads, 3) packed_attention_v4_kernel(packed_
   int cur_group = -1;  // -2: window (A = q alone)
 
   auto q16_word = [&](int j, int h) {
-    return *reinterpret_cast<const unsigned*>(q16_s + g * D + 16 * j + 8 * h + 2 * t);
+    return *reinterpret_cast<const unsigned*>(q16_s + g * q16_stride + 16 * j + 8 * h + 2 * t);
   };
 
   for (int k = 0; k < nk; ++k) {
@@ -296,14 +334,14 @@ __global__ void __launch_bounds__(threads, 3) packed_attention_v4_kernel(packed_
             const int off = 2 * (16 * j + 8 * h + 2 * t);
             qw[h] = q16_word(j, h);
             unsigned sw = *reinterpret_cast<const unsigned*>(ks + off);
-            if constexpr (LOWER) sw = hscale2u(sw, 0.0625f);  // s / 16: exact
+            if constexpr (LOWER) sw = hscale2u(sw, h2_sixteenth);  // s / 16: exact
             aq[j][h] = hmul2u(qw[h], sw);
             zw[h] = *reinterpret_cast<const unsigned*>(kz + off);
           }
           // base = sum_c q_c z_c: B = the zeros broadcast over the 8 columns.
           mma16816(bacc, qw[0], 0u, qw[1], 0u, zw[0], zw[1]);
           if constexpr (LOWER) {  // k^ = (z - s/2) + (s/16) code: minus 8 sum_c q_c s_c / 16
-            const unsigned m8 = 0xC800C800u;  // f16x2 (-8, -8)
+            const unsigned m8 = h2(f16_sign | f16_pow2(3));  // (-8, -8)
             mma16816(bacc, aq[j][0], 0u, aq[j][1], 0u, m8, m8);
           }
         }
@@ -402,19 +440,21 @@ __global__ void __launch_bounds__(threads, 3) packed_attention_v4_kernel(packed_
         const std::uint16_t* vs = reinterpret_cast<const std::uint16_t*>(st + sh.off_vs);
         const std::uint16_t* vz = reinterpret_cast<const std::uint16_t*>(st + sh.off_vz);
         const int t0 = sub * 16 + 2 * t, t1 = t0 + 8;  // tokens of b0 (and + 1), of b1 (and + 1)
-        unsigned pp0[NG], pp1[NG];
+        unsigned pp0[NG], pp1[NG], sa[NG], sb[NG], za[NG], zb[NG];
+        token_pairs<NG>(vs + t0 * NG, sa);
+        token_pairs<NG>(vs + t1 * NG, sb);
+        token_pairs<NG>(vz + t0 * NG, za);
+        token_pairs<NG>(vz + t1 * NG, zb);
 #pragma unroll
         for (int cg = 0; cg < NG; ++cg) {
-          unsigned s0 = unsigned(vs[t0 * NG + cg]) | (unsigned(vs[(t0 + 1) * NG + cg]) << 16);
-          unsigned s1 = unsigned(vs[t1 * NG + cg]) | (unsigned(vs[(t1 + 1) * NG + cg]) << 16);
-          const unsigned z0 = unsigned(vz[t0 * NG + cg]) | (unsigned(vz[(t0 + 1) * NG + cg]) << 16);
-          const unsigned z1 = unsigned(vz[t1 * NG + cg]) | (unsigned(vz[(t1 + 1) * NG + cg]) << 16);
+          unsigned s0 = sa[cg], s1 = sb[cg];
+          const unsigned z0 = za[cg], z1 = zb[cg];
           mma16816(zacc[cg], z0, z0, z1, z1, pb0, pb1);
           if constexpr (LOWER) {  // v^ = (z - s/2) + (s/16) code
-            const unsigned h0 = hscale2u(s0, -0.5f), h1 = hscale2u(s1, -0.5f);
+            const unsigned h0 = hscale2u(s0, h2_minus_half), h1 = hscale2u(s1, h2_minus_half);
             mma16816(zacc[cg], h0, h0, h1, h1, pb0, pb1);
-            s0 = hscale2u(s0, 0.0625f);
-            s1 = hscale2u(s1, 0.0625f);
+            s0 = hscale2u(s0, h2_sixteenth);
+            s1 = hscale2u(s1, h2_sixteenth);
           }
           pp0[cg] = hmul2u(pb0, s0);
           pp1[cg] = hmul2u(pb1, s1);
