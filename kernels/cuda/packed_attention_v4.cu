@@ -167,8 +167,8 @@ __device__ __forceinline__ void lds_words(const unsigned char* p, unsigned (&w)[
   }
 }
 
-template <int B, bool LOWER, int NG>
-__global__ void __launch_bounds__(threads, 3) packed_attention_v4_kernel(packed_attention_args a, launch_shape sh) {
+template <int B, bool LOWER, int NG, int MINB>
+__global__ void __launch_bounds__(threads, MINB) packed_attention_v4_kernel(packed_attention_args a, launch_shape sh) {
   constexpr int ROWB = lane_order::key_row_bytes(B);  // bytes per token of a plane (keys; values in blocks)
   constexpr int VG = D / NG;                          // channels per value group
   constexpr int MT_PER_G = VG / 16;                   // m-tiles of 16 channels per value group
@@ -546,22 +546,27 @@ __global__ void __launch_bounds__(threads, 3) packed_attention_v4_kernel(packed_
 
 using kernel_fn = void (*)(packed_attention_args, launch_shape);
 
-template <int B, bool LOWER>
+template <int B, bool LOWER, int MINB>
 kernel_fn pick_groups(int ng) {
   switch (ng) {
-    case 1: return packed_attention_v4_kernel<B, LOWER, 1>;
-    case 2: return packed_attention_v4_kernel<B, LOWER, 2>;
-    default: return packed_attention_v4_kernel<B, LOWER, 4>;
+    case 1: return packed_attention_v4_kernel<B, LOWER, 1, MINB>;
+    case 2: return packed_attention_v4_kernel<B, LOWER, 2, MINB>;
+    default: return packed_attention_v4_kernel<B, LOWER, 4, MINB>;
   }
 }
 
-kernel_fn pick(int bits, bool lower, int ng) {
-  if (lower) return pick_groups<4, true>(ng);
+template <int MINB>
+kernel_fn pick_format(int bits, bool lower, int ng) {
+  if (lower) return pick_groups<4, true, MINB>(ng);
   switch (bits) {
-    case 1: return pick_groups<1, false>(ng);
-    case 2: return pick_groups<2, false>(ng);
-    default: return pick_groups<4, false>(ng);
+    case 1: return pick_groups<1, false, MINB>(ng);
+    case 2: return pick_groups<2, false, MINB>(ng);
+    default: return pick_groups<4, false, MINB>(ng);
   }
+}
+
+kernel_fn pick(int bits, bool lower, int ng, int min_blocks) {
+  return min_blocks == 4 ? pick_format<4>(bits, lower, ng) : pick_format<3>(bits, lower, ng);
 }
 
 void fail(const std::string& what) { throw std::invalid_argument("packed_attention (lane order): " + what); }
@@ -585,6 +590,8 @@ kernel_fn prepare(const packed_attention_args& a, launch_shape& sh) {
   if (a.scores) fail("raw scores need the cpu order and the v3 kernel");
   if (a.splits < 1) fail("splits must be >= 1, got " + std::to_string(a.splits));
   if (a.stages < 2 || a.stages > 4) fail("stages must be 2, 3 or 4, got " + std::to_string(a.stages));
+  if (a.v4_min_blocks != 3 && a.v4_min_blocks != 4)
+    fail("v4_min_blocks must be 3 or 4, got " + std::to_string(a.v4_min_blocks));
   if (!a.q || !a.partial || (!a.out_f32 && !a.out_bf16)) fail("q, partial or out missing");
   if (!a.entry_slot || !a.entry_quant || !a.entry_len) fail("per-entry slot, packed length and length missing");
   auto aligned16 = [](const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; };
@@ -625,7 +632,7 @@ kernel_fn prepare(const packed_attention_args& a, launch_shape& sh) {
   sh.warp_bytes = std::max(sh.stages * sh.stage_bytes, 8 * D * 4);  // the stages, then the warp's rows
   sh.off_warps = fixed_bytes;
   sh.smem = fixed_bytes + warps * sh.warp_bytes;
-  const kernel_fn k = pick(c.bits, lower, ng);
+  const kernel_fn k = pick(c.bits, lower, ng, a.v4_min_blocks);
   static std::mutex mu;
   static std::map<kernel_fn, int> configured;
   std::lock_guard<std::mutex> lock(mu);
