@@ -129,10 +129,9 @@ struct cuda_forward_options {
   // trace (specache_timeline). Such steps run eagerly, not as graphs.
   bool specache_timeline = false;
   int packed_stages = 0;  // cp.async stages of the packed attention: 2, 3 or 4; 0: per format
-  // Keep kivi and hier caches (head_dim 128) in lane order
+  // Keep the quantized caches (head_dim 128, G >= 32) in lane order
   // (kernels/cuda/packed_lane_order.hpp), read by the packed attention v4;
-  // SpeCache caches and other head sizes keep the cpu order (v3), which the
-  // replaced rows and raw scores need.
+  // other shapes keep the cpu order (v3).
   bool packed_lane_order = false;
 };
 

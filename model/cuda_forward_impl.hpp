@@ -204,8 +204,7 @@ struct cuda_forward::impl {
 
   // The byte order of the packed arrays (cuda_forward_options::packed_lane_order).
   kc::packed_order packed_order() const {
-    const bool lane = opt.packed_lane_order && c.head_dim == kc::lane_order::head_dim &&
-                      opt.kv.format != kv_format::specache && shape->layout.group >= 32;
+    const bool lane = opt.packed_lane_order && c.head_dim == kc::lane_order::head_dim && shape->layout.group >= 32;
     return lane ? kc::packed_order::lane : kc::packed_order::cpu;
   }
   kc::packed_cache_view view(int l) const {

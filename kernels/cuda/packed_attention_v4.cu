@@ -64,6 +64,9 @@ struct launch_shape {
   int stage_bytes = 0, warp_bytes = 0;
   int off_kl = 0, off_vc = 0, off_vl = 0, off_vs = 0, off_vz = 0, off_ks = 0, off_kz = 0;  // within a stage
   int off_warps = 0, smem = 0;  // q16 [8][128] f16 at 0, ml [warps][8][2] f32 after it
+  // Replaced rows only: q in f32 [8][128] and per warp [32] positions, [32]
+  // row indices and [32][8] exact scores (0: none).
+  int off_qf = 0, off_rep = 0;
 };
 
 // q16 rows padded by 8 halves: row g's words start at bank 4 g (conflict-free
@@ -220,6 +223,7 @@ __global__ void __launch_bounds__(threads, MINB) packed_attention_v4_kernel(pack
       v = bf16_bits_to_f32(qrow[i - h * D]) * qscale;
     }
     q16_s[h * q16_stride + (i - h * D)] = __float2half_rn(v);
+    if (a.rows.positions) reinterpret_cast<float*>(smem + sh.off_qf)[i] = v;
   }
   __syncthreads();
 
@@ -235,6 +239,33 @@ __global__ void __launch_bounds__(threads, MINB) packed_attention_v4_kernel(pack
   const std::uint16_t* wk_g = c.win_k + run * c.win_cap * D;
   const std::uint16_t* wv_g = c.win_v + run * c.win_cap * D;
   const int my_len = g < ncols ? a.entry_len[e + g / gq] : 0;  // positions row g attends
+
+  // SpeCache's replaced rows: this (entry, KV head)'s sorted positions, read
+  // with a warp cursor; their scores and values are exact f32 products of q
+  // (f32 here) with the 16-bit rows, the codes' share zeroed.
+  const bool mixed = a.rows.positions != nullptr;
+  const std::int32_t* rep_pos = nullptr;
+  int rep_count = 0, rc = 0;
+  std::int64_t rep_base = 0;
+  const float* qf_s = reinterpret_cast<const float*>(smem + sh.off_qf);
+  int* rep_s = reinterpret_cast<int*>(smem + sh.off_rep) + warp * (64 + 32 * 8);  // [32] tau, [32] row
+  float* reps_s = reinterpret_cast<float*>(rep_s + 64);                             // [32][8] exact scores
+  if (mixed) {
+    const std::int64_t ri = a.rows.entry_index ? a.rows.entry_index[e] : e;
+    rep_base = (ri * nkv + kh) * a.rows.stride;
+    rep_pos = a.rows.positions + rep_base;
+    rep_count = a.rows.count[ri * nkv + kh];
+  }
+  auto row_value = [&](const std::uint16_t* row, int ch) {
+    const std::uint16_t raw = row[ch];
+    return a.rows.f16 ? __half2float(__ushort_as_half(raw)) : bf16_bits_to_f32(raw);
+  };
+  // Raw scores (log2) of column g, when its entry has a scores row.
+  float* my_scores = nullptr;
+  if (a.scores && g < ncols) {
+    const int qi = g / gq, r = a.entry_scores_row[e + qi];
+    if (r >= 0) my_scores = a.scores + (std::int64_t(r) * a.n_heads + std::int64_t(kh) * gq + (g - qi * gq)) * a.scores_stride;
+  }
 
   unsigned char* region = smem + sh.off_warps + warp * sh.warp_bytes;
   const int S = sh.stages;
@@ -388,15 +419,57 @@ __global__ void __launch_bounds__(threads, MINB) packed_attention_v4_kernel(pack
       }
     }
 
-    // Online softmax of row g over the chunk (log2 domain).
+    // Scores of row g (log2 domain): codes + base, or a replaced row's exact
+    // product; masked past the row's length.
     float p[4][2];
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int e2 = 0; e2 < 2; ++e2) p[nt][e2] = sc[nt][e2] + base;
+    int nrep = 0;
+    if (mixed) {
+      for (;;) {  // skip positions before the chunk (earlier chunks, other warps' tiles)
+        const int idx = rc + lane;
+        const int pos = idx < rep_count ? rep_pos[idx] : 0x7fffffff;
+        const unsigned below = __ballot_sync(0xffffffffu, pos < p0);
+        rc += __popc(below);
+        if (below != 0xffffffffu) break;
+      }
+      const int idx = rc + lane;
+      const int pos = idx < rep_count ? rep_pos[idx] : 0x7fffffff;
+      nrep = __popc(__ballot_sync(0xffffffffu, pos < p0 + chunk_tokens));
+      if (lane < nrep) {
+        rep_s[lane] = pos - p0;
+        rep_s[32 + lane] = idx;
+      }
+      __syncwarp();
+      for (int i = 0; i < nrep; ++i) {
+        const int tau = rep_s[i];
+        const std::uint16_t* kr = a.rows.k + (rep_base + rep_s[32 + i]) * D;
+        // Column g's dot over channels 32t .. 32t + 31, summed over the quad.
+        float part = 0.f;
+#pragma unroll 8
+        for (int k = 0; k < 32; ++k) part = fmaf(qf_s[g * D + 32 * t + k], row_value(kr, 32 * t + k), part);
+        part += __shfl_xor_sync(0xffffffffu, part, 1);
+        part += __shfl_xor_sync(0xffffffffu, part, 2);
+        const float exact = p0 + tau < my_len ? part : -INFINITY;
+        if (t == 0) reps_s[i * 8 + g] = exact;
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+          for (int e2 = 0; e2 < 2; ++e2)
+            if (nt * 8 + 2 * t + e2 == tau) p[nt][e2] = exact;
+      }
+      __syncwarp();
+    }
     float mx = -INFINITY;
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
       for (int e2 = 0; e2 < 2; ++e2) {
         const int pos = p0 + nt * 8 + 2 * t + e2;
-        p[nt][e2] = pos < my_len ? sc[nt][e2] + base : -INFINITY;
+        if (pos >= my_len) p[nt][e2] = -INFINITY;
+        if (my_scores && pos < my_len) my_scores[pos] = p[nt][e2];
         mx = fmaxf(mx, p[nt][e2]);
       }
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
@@ -429,6 +502,29 @@ __global__ void __launch_bounds__(threads, MINB) packed_attention_v4_kernel(pack
       zacc[cg][1] *= c1;
       zacc[cg][2] *= c0;
       zacc[cg][3] *= c1;
+    }
+    if (nrep > 0) {
+      // Replaced rows: their exact values, and nothing from their codes.
+      const float m0 = __shfl_sync(0xffffffffu, ms, 8 * t), m1 = __shfl_sync(0xffffffffu, ms, 8 * t + 4);
+      for (int i = 0; i < nrep; ++i) {
+        const int tau = rep_s[i];
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+          for (int e2 = 0; e2 < 2; ++e2)
+            if (nt * 8 + 2 * t + e2 == tau) p[nt][e2] = 0.f;
+        const float pr0 = exp2f(reps_s[i * 8 + 2 * t] - m0), pr1 = exp2f(reps_s[i * 8 + 2 * t + 1] - m1);
+        const std::uint16_t* vr = a.rows.v + (rep_base + rep_s[32 + i]) * D;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const float va = row_value(vr, 16 * j + g), vb = row_value(vr, 16 * j + g + 8);
+          o[j][0] = fmaf(pr0, va, o[j][0]);
+          o[j][1] = fmaf(pr1, va, o[j][1]);
+          o[j][2] = fmaf(pr0, vb, o[j][2]);
+          o[j][3] = fmaf(pr1, vb, o[j][3]);
+        }
+      }
+      __syncwarp();  // rep_s and reps_s are rewritten by the next chunk
     }
 
     // Values, 16 tokens at a time: B = P^T from the score accumulators.
@@ -586,8 +682,11 @@ kernel_fn prepare(const packed_attention_args& a, launch_shape& sh) {
     fail("n_heads " + std::to_string(a.n_heads) + " is not a multiple of n_kv_heads " + std::to_string(c.n_kv_heads));
   const int gq = a.n_heads / c.n_kv_heads;
   if (gq != 1 && gq != 2 && gq != 4 && gq != 8) fail("GQA group " + std::to_string(gq) + " is not 1, 2, 4 or 8");
-  if (a.rows.positions) fail("replaced rows (SpeCache) need the cpu order and the v3 kernel");
-  if (a.scores) fail("raw scores need the cpu order and the v3 kernel");
+  if (a.rows.positions && (!a.rows.count || !a.rows.k || !a.rows.v || a.rows.stride < 1))
+    fail("replaced rows need counts, K/V rows and a positive stride");
+  if (a.scores && (!a.entry_scores_row || a.scores_stride < 1)) fail("scores need entry rows and a stride");
+  if (a.block_first && a.rows.positions && !a.rows.entry_index)
+    fail("multi-query blocks read one set of replaced rows per block: give rows.entry_index");
   if (a.splits < 1) fail("splits must be >= 1, got " + std::to_string(a.splits));
   if (a.stages < 2 || a.stages > 4) fail("stages must be 2, 3 or 4, got " + std::to_string(a.stages));
   if (a.v4_min_blocks != 3 && a.v4_min_blocks != 4)
@@ -630,8 +729,15 @@ kernel_fn prepare(const packed_attention_args& a, launch_shape& sh) {
   off += D * 2;
   sh.stage_bytes = off;
   sh.warp_bytes = std::max(sh.stages * sh.stage_bytes, 8 * D * 4);  // the stages, then the warp's rows
-  sh.off_warps = fixed_bytes;
-  sh.smem = fixed_bytes + warps * sh.warp_bytes;
+  off = fixed_bytes;
+  if (a.rows.positions) {
+    sh.off_qf = off;
+    off += 8 * D * 4;
+    sh.off_rep = off;
+    off += warps * (64 + 32 * 8) * 4;
+  }
+  sh.off_warps = off;
+  sh.smem = off + warps * sh.warp_bytes;
   const kernel_fn k = pick(c.bits, lower, ng, a.v4_min_blocks);
   static std::mutex mu;
   static std::map<kernel_fn, int> configured;

@@ -464,8 +464,12 @@ TEST_F(cuda_packed_attention, multi_query_blocks_match_cpu_per_row) {
     }
 }
 
+// Both orders of the codes: cpu (v3) and lane (v4).
+const kc::packed_order both_orders[] = {kc::packed_order::cpu, kc::packed_order::lane};
+
 TEST_F(cuda_packed_attention, mixed_rows_match_cpu_mixed_attention) {
   unsigned seed = 1500;
+  for (const auto order : both_orders)
   for (const auto& fc : formats)
     for (const bool f16 : {false, true}) {
       const std::vector<slot_shape> shapes = {{5, 23}, {2, 64}};
@@ -475,6 +479,7 @@ TEST_F(cuda_packed_attention, mixed_rows_match_cpu_mixed_attention) {
       run_options ro;
       ro.rows = &rows;
       ro.splits = {1, 3};
+      ro.order = order;
       run_case(*dev_, fc, 128, 2, 4, 64, shapes, es, 70, seed, ro);
     }
 }
@@ -522,10 +527,14 @@ void run_shared_rows(allocator& dev, const format_case& fc, const std::vector<en
 // other slots between them) read the slot's one set of fetched rows.
 TEST_F(cuda_packed_attention, entries_share_rows_through_an_index) {
   unsigned seed = 1550;
-  for (const auto& fc : {formats[0], formats[3], formats[5]})
-    run_shared_rows(*dev_, fc, {{0, 5 * 64 + 23}, {1, 2 * 64 + 64}},
-                    {{0, 5 * 64 + 23}, {1, 2 * 64 + 64}, {0, 5 * 64 + 24}, {1, 2 * 64 + 65}}, {0, 1, 0, 1},
-                    {{5, 25}, {2, 66}}, ++seed, run_options{});
+  for (const auto order : both_orders)
+    for (const auto& fc : {formats[0], formats[3], formats[5]}) {
+      run_options ro;
+      ro.order = order;
+      run_shared_rows(*dev_, fc, {{0, 5 * 64 + 23}, {1, 2 * 64 + 64}},
+                      {{0, 5 * 64 + 23}, {1, 2 * 64 + 64}, {0, 5 * 64 + 24}, {1, 2 * 64 + 65}}, {0, 1, 0, 1},
+                      {{5, 25}, {2, 66}}, ++seed, ro);
+    }
 }
 
 // The same in one multi-query block per slot (SpeCache's step: the real
@@ -538,14 +547,18 @@ TEST_F(cuda_packed_attention, multi_query_blocks_with_shared_rows_and_scores) {
   ro.blocks = {{0, 2}, {2, 2}};
   ro.max_queries = 2;
   ro.probs = true;
-  for (const auto& fc : {formats[0], formats[3], formats[1]})
-    run_shared_rows(*dev_, fc, {{0, 5 * 64 + 23}, {1, 2 * 64 + 60}},
-                    {{0, 5 * 64 + 24}, {0, 5 * 64 + 25}, {1, 2 * 64 + 61}, {1, 2 * 64 + 62}}, {0, 0, 1, 1},
-                    {{5, 25}, {2, 62}}, ++seed, ro);
+  for (const auto order : both_orders)
+    for (const auto& fc : {formats[0], formats[3], formats[1]}) {
+      ro.order = order;
+      run_shared_rows(*dev_, fc, {{0, 5 * 64 + 23}, {1, 2 * 64 + 60}},
+                      {{0, 5 * 64 + 24}, {0, 5 * 64 + 25}, {1, 2 * 64 + 61}, {1, 2 * 64 + 62}}, {0, 0, 1, 1},
+                      {{5, 25}, {2, 62}}, ++seed, ro);
+    }
 }
 
 TEST_F(cuda_packed_attention, every_position_replaced_equals_full_attention) {
   unsigned seed = 1600;
+  for (const auto order : both_orders)
   for (const auto& fc : {formats[0], formats[5]}) {
     const std::vector<slot_shape> shapes = {{4, 30}};
     const std::vector<entry> es = {{0, 4 * 64 + 30}, {0, 77}};
@@ -557,14 +570,17 @@ TEST_F(cuda_packed_attention, every_position_replaced_equals_full_attention) {
     ro.rows = &rows;
     ro.exact_full = true;
     ro.splits = {1, 2};
+    ro.order = order;
     run_case(*dev_, fc, 128, 2, 4, 64, shapes, es, 32, seed + 1, ro);
   }
 }
 
 TEST_F(cuda_packed_attention, probabilities_match_cpu) {
   unsigned seed = 1700;
+  for (const auto order : both_orders)
   for (const auto& fc : {formats[1], formats[3], formats[5]}) {
     run_options ro;
+    ro.order = order;
     ro.probs = true;
     ro.splits = {1, 3};
     run_case(*dev_, fc, 128, 2, 4, 64, {{4, 21}, {1, 3}}, {{0, 4 * 64 + 21}, {1, 67}, {0, 150}}, 24, ++seed, ro);
@@ -654,7 +670,7 @@ TEST_F(cuda_packed_attention, rejects_bad_arguments) {
   a.cache.bits = 2;
   a.n_heads = 6;  // GQA 3
   EXPECT_THROW(kc::packed_attention(a, nullptr), std::invalid_argument);
-  // Lane order (v4): head_dim 128 only, no replaced rows or raw scores.
+  // Lane order (v4): head_dim 128 only; replaced rows and raw scores need their arrays.
   a.n_heads = 8;
   a.cache.order = kc::packed_order::lane;
   a.cache.head_dim = 64;
@@ -664,7 +680,7 @@ TEST_F(cuda_packed_attention, rejects_bad_arguments) {
   a.rows.positions = &dummy;
   try {
     kc::packed_attention(a, nullptr);
-    ADD_FAILURE() << "replaced rows over a lane-order cache were accepted";
+    ADD_FAILURE() << "replaced rows without counts or K/V rows were accepted";
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("replaced rows"), std::string::npos) << e.what();
   }
