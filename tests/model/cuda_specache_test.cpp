@@ -101,8 +101,11 @@ spec_run run_specache(cuda_forward& fwd, int slot, const std::vector<std::int32_
   return r;
 }
 
-TEST_F(cuda_specache, topk_covering_the_context_matches_the_full_cache) {
-  const auto c = test::small_gqa_config();
+// With top-k covering the context, every row the attention reads is
+// exact: the logits are the full cache's (lane_order: the low-bit copy in
+// lane order, read by the packed attention v4).
+void check_topk_covering(const model_config& c, bool lane_order) {
+  SCOPED_TRACE(lane_order ? "lane order (v4)" : "cpu order (v3)");
   const auto m = test::random_weights(c, 17, 0.1f, dtype::bf16);
   cuda_model gm(c, m.w);
   const int steps = 70;  // two flushes past the prompt
@@ -119,6 +122,7 @@ TEST_F(cuda_specache, topk_covering_the_context_matches_the_full_cache) {
       o.prefill_chunk = 32;
       o.kv = specache_mode(int(cap), output);
       o.specache_fetch = true;
+      o.packed_lane_order = lane_order;
       cuda_forward fwd(gm, o);
       const auto got = run_specache(fwd, 0, prompt, forced, output);
       ASSERT_EQ(got.logits.size(), want.size());
@@ -153,6 +157,16 @@ TEST_F(cuda_specache, topk_covering_the_context_matches_the_full_cache) {
         EXPECT_EQ(hits, needed);
       }
     }
+}
+
+TEST_F(cuda_specache, topk_covering_the_context_matches_the_full_cache) {
+  check_topk_covering(test::small_gqa_config(), false);
+  model_config c = test::small_gqa_config();  // head_dim 128: the lane order applies
+  c.hidden_size = 512;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 128;
+  check_topk_covering(c, true);
 }
 
 TEST_F(cuda_specache, fetched_rows_bring_the_logits_closer_to_full) {
