@@ -149,9 +149,6 @@ struct packed_attention_args {
   // 1 = the split weights once per block into shared memory, then one
   // unconditional (batched) load per split and output element.
   int combine = 1;
-  // v4 (lane order): the resident blocks per SM its registers are sized for:
-  // 3 (168 registers, no spills) or 4 (128, a few spilled bytes).
-  int v4_min_blocks = 3;
   // Both kernels as programmatic dependent launches (kernels/cuda/launch.cuh):
   // the same results, each launch overlapping the tail of the kernel before.
   bool dependent = false;

@@ -72,7 +72,10 @@ struct launch_shape {
 // q16 rows padded by 8 halves: row g's words start at bank 4 g (conflict-free
 // fragment loads: lanes (g, t) read word 68 g + 8 j + 4 h + t).
 constexpr int q16_stride = D + 8;
-constexpr int off_ml = 8 * q16_stride * 2;
+// q - f16(q) as f16 (same layout): the window rows' scores take both halves,
+// near f32 (v3 reads the window in f32).
+constexpr int off_q16lo = 8 * q16_stride * 2;
+constexpr int off_ml = 2 * 8 * q16_stride * 2;
 constexpr int fixed_bytes = off_ml + warps * 8 * 2 * 4;
 
 __device__ __forceinline__ unsigned as_u32(__half2 h) { return *reinterpret_cast<unsigned*>(&h); }
@@ -170,8 +173,8 @@ __device__ __forceinline__ void lds_words(const unsigned char* p, unsigned (&w)[
   }
 }
 
-template <int B, bool LOWER, int NG, int MINB>
-__global__ void __launch_bounds__(threads, MINB) packed_attention_v4_kernel(packed_attention_args a, launch_shape sh) {
+template <int B, bool LOWER, int NG>
+__global__ void __launch_bounds__(threads, 3) packed_attention_v4_kernel(packed_attention_args a, launch_shape sh) {
   constexpr int ROWB = lane_order::key_row_bytes(B);  // bytes per token of a plane (keys; values in blocks)
   constexpr int VG = D / NG;                          // channels per value group
   constexpr int MT_PER_G = VG / 16;                   // m-tiles of 16 channels per value group
@@ -222,7 +225,9 @@ __global__ void __launch_bounds__(threads, MINB) packed_attention_v4_kernel(pack
       const std::uint16_t* qrow = a.q + std::int64_t(e + qi) * a.ld_q + (std::int64_t(kh) * gq + (h - qi * gq)) * D;
       v = bf16_bits_to_f32(qrow[i - h * D]) * qscale;
     }
-    q16_s[h * q16_stride + (i - h * D)] = __float2half_rn(v);
+    const __half hi = __float2half_rn(v);
+    q16_s[h * q16_stride + (i - h * D)] = hi;
+    reinterpret_cast<__half*>(smem + off_q16lo)[h * q16_stride + (i - h * D)] = __float2half_rn(v - __half2float(hi));
     if (a.rows.positions) reinterpret_cast<float*>(smem + sh.off_qf)[i] = v;
   }
   __syncthreads();
@@ -239,6 +244,7 @@ __global__ void __launch_bounds__(threads, MINB) packed_attention_v4_kernel(pack
   const std::uint16_t* wk_g = c.win_k + run * c.win_cap * D;
   const std::uint16_t* wv_g = c.win_v + run * c.win_cap * D;
   const int my_len = g < ncols ? a.entry_len[e + g / gq] : 0;  // positions row g attends
+  const int min_len = a.entry_len[e];                            // the shortest real column (ascending)
 
   // SpeCache's replaced rows: this (entry, KV head)'s sorted positions, read
   // with a warp cursor; their scores and values are exact f32 products of q
@@ -285,12 +291,13 @@ __global__ void __launch_bounds__(threads, MINB) packed_attention_v4_kernel(pack
     return p < len ? p : -1;
   };
   int load_group = -1;
+  int load_stage = 0;  // stage of chunk k: k % S, kept by counters (no division)
   auto load_chunk = [&](int k) {
     if (k >= nk) return;
     bool packed;
     const int p0 = chunk_pos(k, packed);
     if (p0 < 0 || !packed) return;
-    unsigned char* st = region + (k % S) * sh.stage_bytes;
+    unsigned char* st = region + load_stage * sh.stage_bytes;
     auto copy = [&](unsigned char* dst, const void* src, int bytes) {
       const unsigned char* s8 = static_cast<const unsigned char*>(src);
       for (int i = lane * 16; i < bytes; i += 32 * 16) cp_async16(dst + i, s8 + i);
@@ -313,7 +320,9 @@ __global__ void __launch_bounds__(threads, MINB) packed_attention_v4_kernel(pack
   for (int i = 0; i < S - 1; ++i) {
     load_chunk(i);
     cp_async_commit();
+    load_stage = load_stage + 1 == S ? 0 : load_stage + 1;
   }
+  int read_stage = 0;
 
   float o[8][4];       // O^T: m-tile j, (channel 16j + g | + 8) x (column 2t | 2t + 1)
   float zacc[NG][4];   // sum_t p z_t per value group, same columns
@@ -333,16 +342,22 @@ __global__ void __launch_bounds__(threads, MINB) packed_attention_v4_kernel(pack
   auto q16_word = [&](int j, int h) {
     return *reinterpret_cast<const unsigned*>(q16_s + g * q16_stride + 16 * j + 8 * h + 2 * t);
   };
+  auto q16lo_word = [&](int j, int h) {
+    return *reinterpret_cast<const unsigned*>(reinterpret_cast<const __half*>(smem + off_q16lo) + g * q16_stride +
+                                              16 * j + 8 * h + 2 * t);
+  };
 
   for (int k = 0; k < nk; ++k) {
     cp_async_wait_dyn(S - 2);
     __syncwarp();
     load_chunk(k + S - 1);
     cp_async_commit();
+    load_stage = load_stage + 1 == S ? 0 : load_stage + 1;
+    const unsigned char* st = region + read_stage * sh.stage_bytes;
+    read_stage = read_stage + 1 == S ? 0 : read_stage + 1;
     bool packed;
     const int p0 = chunk_pos(k, packed);
     if (p0 < 0) continue;
-    const unsigned char* st = region + (k % S) * sh.stage_bytes;
 
     float sc[4][4];
 #pragma unroll
@@ -414,7 +429,9 @@ __global__ void __launch_bounds__(threads, MINB) packed_attention_v4_kernel(pack
         for (int j = 0; j < 8; ++j) {
           const unsigned w0 = valid ? *reinterpret_cast<const unsigned*>(kr + 16 * j + 2 * t) : 0u;
           const unsigned w1 = valid ? *reinterpret_cast<const unsigned*>(kr + 16 * j + 8 + 2 * t) : 0u;
-          mma16816(sc[nt], aq[j][0], 0u, aq[j][1], 0u, bf2_to_h2(w0), bf2_to_h2(w1));
+          const unsigned b0 = bf2_to_h2(w0), b1 = bf2_to_h2(w1);
+          mma16816(sc[nt], aq[j][0], 0u, aq[j][1], 0u, b0, b1);
+          mma16816(sc[nt], q16lo_word(j, 0), 0u, q16lo_word(j, 1), 0u, b0, b1);
         }
       }
     }
@@ -462,16 +479,23 @@ __global__ void __launch_bounds__(threads, MINB) packed_attention_v4_kernel(pack
       }
       __syncwarp();
     }
+    // Masks only where some real column ends inside the chunk: columns past
+    // ncols are never read, so their (finite) scores may stay.
+    if (p0 + chunk_tokens > min_len || my_scores) {
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int e2 = 0; e2 < 2; ++e2) {
+          const int pos = p0 + nt * 8 + 2 * t + e2;
+          if (pos >= my_len) p[nt][e2] = -INFINITY;
+          if (my_scores && pos < my_len) my_scores[pos] = p[nt][e2];
+        }
+    }
     float mx = -INFINITY;
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-      for (int e2 = 0; e2 < 2; ++e2) {
-        const int pos = p0 + nt * 8 + 2 * t + e2;
-        if (pos >= my_len) p[nt][e2] = -INFINITY;
-        if (my_scores && pos < my_len) my_scores[pos] = p[nt][e2];
-        mx = fmaxf(mx, p[nt][e2]);
-      }
+      for (int e2 = 0; e2 < 2; ++e2) mx = fmaxf(mx, p[nt][e2]);
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
     const float m_new = fmaxf(m_run, mx);
@@ -586,11 +610,21 @@ __global__ void __launch_bounds__(threads, MINB) packed_attention_v4_kernel(pack
           rows[i] = wv_g + std::int64_t(pos % c.win_cap) * D;
         }
         auto val = [&](int i, int ch) { return ok[i] ? bf16_bits_to_f32(rows[i][ch]) : 0.f; };
+        // p = f16(p) + f16(p - f16(p)): near f32 probabilities for the rows
+        // that v3 reads in f32.
+        auto lo_of = [](float x0, float x1, unsigned hi) {
+          const __half2 h = *reinterpret_cast<const __half2*>(&hi);
+          return pack_f16(x0 - __low2float(h), x1 - __high2float(h));
+        };
+        const unsigned pl0 = lo_of(p[2 * sub][0], p[2 * sub][1], pb0);
+        const unsigned pl1 = lo_of(p[2 * sub + 1][0], p[2 * sub + 1][1], pb1);
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
           const int ch0 = 16 * j + g, ch1 = ch0 + 8;
-          mma16816(o[j], pack_f16(val(0, ch0), val(1, ch0)), pack_f16(val(0, ch1), val(1, ch1)),
-                   pack_f16(val(2, ch0), val(3, ch0)), pack_f16(val(2, ch1), val(3, ch1)), pb0, pb1);
+          const unsigned a0 = pack_f16(val(0, ch0), val(1, ch0)), a1 = pack_f16(val(0, ch1), val(1, ch1)),
+                         a2 = pack_f16(val(2, ch0), val(3, ch0)), a3 = pack_f16(val(2, ch1), val(3, ch1));
+          mma16816(o[j], a0, a1, a2, a3, pb0, pb1);
+          mma16816(o[j], a0, a1, a2, a3, pl0, pl1);
         }
       }
     }
@@ -642,27 +676,22 @@ __global__ void __launch_bounds__(threads, MINB) packed_attention_v4_kernel(pack
 
 using kernel_fn = void (*)(packed_attention_args, launch_shape);
 
-template <int B, bool LOWER, int MINB>
+template <int B, bool LOWER>
 kernel_fn pick_groups(int ng) {
   switch (ng) {
-    case 1: return packed_attention_v4_kernel<B, LOWER, 1, MINB>;
-    case 2: return packed_attention_v4_kernel<B, LOWER, 2, MINB>;
-    default: return packed_attention_v4_kernel<B, LOWER, 4, MINB>;
+    case 1: return packed_attention_v4_kernel<B, LOWER, 1>;
+    case 2: return packed_attention_v4_kernel<B, LOWER, 2>;
+    default: return packed_attention_v4_kernel<B, LOWER, 4>;
   }
 }
 
-template <int MINB>
-kernel_fn pick_format(int bits, bool lower, int ng) {
-  if (lower) return pick_groups<4, true, MINB>(ng);
+kernel_fn pick(int bits, bool lower, int ng) {
+  if (lower) return pick_groups<4, true>(ng);
   switch (bits) {
-    case 1: return pick_groups<1, false, MINB>(ng);
-    case 2: return pick_groups<2, false, MINB>(ng);
-    default: return pick_groups<4, false, MINB>(ng);
+    case 1: return pick_groups<1, false>(ng);
+    case 2: return pick_groups<2, false>(ng);
+    default: return pick_groups<4, false>(ng);
   }
-}
-
-kernel_fn pick(int bits, bool lower, int ng, int min_blocks) {
-  return min_blocks == 4 ? pick_format<4>(bits, lower, ng) : pick_format<3>(bits, lower, ng);
 }
 
 void fail(const std::string& what) { throw std::invalid_argument("packed_attention (lane order): " + what); }
@@ -689,8 +718,6 @@ kernel_fn prepare(const packed_attention_args& a, launch_shape& sh) {
     fail("multi-query blocks read one set of replaced rows per block: give rows.entry_index");
   if (a.splits < 1) fail("splits must be >= 1, got " + std::to_string(a.splits));
   if (a.stages < 2 || a.stages > 4) fail("stages must be 2, 3 or 4, got " + std::to_string(a.stages));
-  if (a.v4_min_blocks != 3 && a.v4_min_blocks != 4)
-    fail("v4_min_blocks must be 3 or 4, got " + std::to_string(a.v4_min_blocks));
   if (!a.q || !a.partial || (!a.out_f32 && !a.out_bf16)) fail("q, partial or out missing");
   if (!a.entry_slot || !a.entry_quant || !a.entry_len) fail("per-entry slot, packed length and length missing");
   auto aligned16 = [](const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; };
@@ -738,7 +765,7 @@ kernel_fn prepare(const packed_attention_args& a, launch_shape& sh) {
   }
   sh.off_warps = off;
   sh.smem = off + warps * sh.warp_bytes;
-  const kernel_fn k = pick(c.bits, lower, ng, a.v4_min_blocks);
+  const kernel_fn k = pick(c.bits, lower, ng);
   static std::mutex mu;
   static std::map<kernel_fn, int> configured;
   std::lock_guard<std::mutex> lock(mu);

@@ -300,18 +300,6 @@ void run_v2(const quant_bench_options& o, const device_properties& props, alloca
                       smem_note(a),
                   [&] { packed_attention(a, st.get()); });
         }
-      for (const auto& f : {formats[0], formats[2], formats[4]}) {  // registers for 4 blocks per SM
-        v2_knobs k = v3_knobs(f.bits, f.lower);
-        k.stages = packed_attention_v4_stages(f.lower ? 8 : f.bits);
-        auto a = args_for(c, f.bits, f.lower, batch, k, packed_order::lane);
-        a.v4_min_blocks = 4;
-        a.splits = packed_attention_splits(batch, nkv, packed_attention_tiles(c.n_quant, ctx), props.sm_count,
-                                           o.max_splits, packed_attention_blocks_per_sm(a), k.min_split_tiles);
-        add_row("v4", f.name, f.bits * (f.lower ? 2 : 1), batch, a,
-                c.bytes_per_entry(f.bits, f.lower) * batch + q_bytes,
-                "128 registers, stages " + std::to_string(k.stages) + ", " + smem_note(a),
-                [&] { packed_attention(a, st.get()); });
-      }
       for (const auto& f : {formats[0], formats[2], formats[4]}) {
         v2_knobs k = v3_knobs(f.bits, f.lower);
         k.stages = packed_attention_v4_stages(f.lower ? 8 : f.bits);

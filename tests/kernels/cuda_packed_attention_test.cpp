@@ -211,7 +211,6 @@ struct run_options {
   double cpu_tol = tol;  // against the CPU reference
   // lane: the codes in packed_lane_order.hpp's order, read by v4 (head_dim 128).
   kc::packed_order order = kc::packed_order::cpu;
-  int v4_min_blocks = 3;  // v4's register budget (packed_attention_args::v4_min_blocks)
 };
 
 void run_case(allocator& dev, const format_case& fc, int d, int kv_heads, int gq, int group,
@@ -355,7 +354,6 @@ void run_case(allocator& dev, const format_case& fc, int d, int kv_heads, int gq
       a.combine = va.combine;
       a.dependent = va.combine == 1;  // programmatic dependent launches: same results
       a.scale = 1.f / std::sqrt(float(d));
-      a.v4_min_blocks = ro.v4_min_blocks;
       kc::packed_attention(a, nullptr);
       const double t = ro.exact_full ? 2e-4 : ro.cpu_tol;
       const auto got = out.download();
@@ -625,11 +623,9 @@ TEST_F(cuda_packed_attention, lane_order_windows_long_contexts_and_multi_query_b
     run_case(*dev_, fc, 128, 1, 2, 32, {{9, 0}}, {{0, 288}, {0, 100}}, 4, ++seed, ro);  // no window
     run_case(*dev_, fc, 128, 1, 8, 128, {{2, 130}}, {{0, 386}}, 131, ++seed, ro);    // window past one tile
   }
-  run_options four = ro;  // v4 with registers for 4 blocks per SM (a few spilled bytes)
-  four.v4_min_blocks = 4;
-  for (const auto& fc : formats)
+  for (const auto& fc : formats)  // two slots, a causal row inside the packed part
     run_case(*dev_, fc, 128, 2, 4, 64, {{5, 30}, {2, 7}}, {{0, 5 * 64 + 30}, {1, 2 * 64 + 7}, {0, 100}}, 40, ++seed,
-             four);
+             ro);
   run_options lr = ro;
   lr.splits = {1, 7, 16};
   lr.stages = {2, 3, 4};
