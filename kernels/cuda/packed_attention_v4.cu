@@ -251,7 +251,8 @@ __global__ void __launch_bounds__(threads, 3) packed_attention_v4_kernel(packed_
   // (f32 here) with the 16-bit rows, the codes' share zeroed.
   const bool mixed = a.rows.positions != nullptr;
   const std::int32_t* rep_pos = nullptr;
-  int rep_count = 0, rc = 0;
+  int rep_count = 0;
+  int rep_window = 0, rep_reg = 0x7fffffff;  // lane holds position rep_window + lane (or "none")
   std::int64_t rep_base = 0;
   const float* qf_s = reinterpret_cast<const float*>(smem + sh.off_qf);
   int* rep_s = reinterpret_cast<int*>(smem + sh.off_rep) + warp * (64 + 32 * 8);  // [32] tau, [32] row
@@ -261,6 +262,7 @@ __global__ void __launch_bounds__(threads, 3) packed_attention_v4_kernel(packed_
     rep_base = (ri * nkv + kh) * a.rows.stride;
     rep_pos = a.rows.positions + rep_base;
     rep_count = a.rows.count[ri * nkv + kh];
+    rep_reg = lane < rep_count ? rep_pos[lane] : 0x7fffffff;
   }
   auto row_value = [&](const std::uint16_t* row, int ch) {
     const std::uint16_t raw = row[ch];
@@ -445,19 +447,25 @@ __global__ void __launch_bounds__(threads, 3) packed_attention_v4_kernel(packed_
       for (int e2 = 0; e2 < 2; ++e2) p[nt][e2] = sc[nt][e2] + base;
     int nrep = 0;
     if (mixed) {
-      for (;;) {  // skip positions before the chunk (earlier chunks, other warps' tiles)
-        const int idx = rc + lane;
-        const int pos = idx < rep_count ? rep_pos[idx] : 0x7fffffff;
-        const unsigned below = __ballot_sync(0xffffffffu, pos < p0);
-        rc += __popc(below);
-        if (below != 0xffffffffu) break;
-      }
-      const int idx = rc + lane;
-      const int pos = idx < rep_count ? rep_pos[idx] : 0x7fffffff;
-      nrep = __popc(__ballot_sync(0xffffffffu, pos < p0 + chunk_tokens));
-      if (lane < nrep) {
-        rep_s[lane] = pos - p0;
-        rep_s[32 + lane] = idx;
+      // The chunk's replaced positions from the warp's window of 32 sorted
+      // positions in registers (reloaded only when a chunk passes its end).
+      for (;;) {
+        const unsigned below = __ballot_sync(0xffffffffu, rep_reg < p0);
+        if (below == 0xffffffffu) {
+          rep_window += 32;
+          rep_reg = rep_window + lane < rep_count ? rep_pos[rep_window + lane] : 0x7fffffff;
+          continue;
+        }
+        const unsigned inside = __ballot_sync(0xffffffffu, rep_reg < p0 + chunk_tokens) & ~below;
+        if ((inside >> lane) & 1u) {
+          const int at = nrep + __popc(inside & ((1u << lane) - 1u));
+          rep_s[at] = rep_reg - p0;
+          rep_s[32 + at] = rep_window + lane;
+        }
+        nrep += __popc(inside);
+        if (!(inside >> 31)) break;
+        rep_window += 32;  // the window ended inside the chunk: the next one may continue it
+        rep_reg = rep_window + lane < rep_count ? rep_pos[rep_window + lane] : 0x7fffffff;
       }
       __syncwarp();
       for (int i = 0; i < nrep; ++i) {
