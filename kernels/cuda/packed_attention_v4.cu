@@ -77,6 +77,8 @@ constexpr int q16_stride = D + 8;
 constexpr int off_q16lo = 8 * q16_stride * 2;
 constexpr int off_ml = 2 * 8 * q16_stride * 2;
 constexpr int fixed_bytes = off_ml + warps * 8 * 2 * 4;
+// Replaced rows, per warp: [32] positions, [32] row indices, [32][8] exact scores, [128] a value row.
+constexpr int rep_warp_words = 64 + 32 * 8 + 128;
 
 __device__ __forceinline__ unsigned as_u32(__half2 h) { return *reinterpret_cast<unsigned*>(&h); }
 __device__ __forceinline__ unsigned pack_f16(float lo, float hi) { return as_u32(__floats2half2_rn(lo, hi)); }
@@ -255,8 +257,9 @@ __global__ void __launch_bounds__(threads, 3) packed_attention_v4_kernel(packed_
   int rep_window = 0, rep_reg = 0x7fffffff;  // lane holds position rep_window + lane (or "none")
   std::int64_t rep_base = 0;
   const float* qf_s = reinterpret_cast<const float*>(smem + sh.off_qf);
-  int* rep_s = reinterpret_cast<int*>(smem + sh.off_rep) + warp * (64 + 32 * 8);  // [32] tau, [32] row
-  float* reps_s = reinterpret_cast<float*>(rep_s + 64);                             // [32][8] exact scores
+  int* rep_s = reinterpret_cast<int*>(smem + sh.off_rep) + warp * rep_warp_words;  // [32] tau, [32] row
+  float* reps_s = reinterpret_cast<float*>(rep_s + 64);                           // [32][8] exact scores
+  float* vrow_s = reps_s + 32 * 8;                                                // [128] a value row
   if (mixed) {
     const std::int64_t ri = a.rows.entry_index ? a.rows.entry_index[e] : e;
     rep_base = (ri * nkv + kh) * a.rows.stride;
@@ -264,9 +267,15 @@ __global__ void __launch_bounds__(threads, 3) packed_attention_v4_kernel(packed_
     rep_count = a.rows.count[ri * nkv + kh];
     rep_reg = lane < rep_count ? rep_pos[lane] : 0x7fffffff;
   }
-  auto row_value = [&](const std::uint16_t* row, int ch) {
-    const std::uint16_t raw = row[ch];
-    return a.rows.f16 ? __half2float(__ushort_as_half(raw)) : bf16_bits_to_f32(raw);
+  // Channels 4 lane .. 4 lane + 3 of a 16-bit row (one 8-byte load per lane).
+  auto row_quad = [&](const std::uint16_t* row, float (&x)[4]) {
+    const uint2 w = *reinterpret_cast<const uint2*>(row + 4 * lane);
+    const unsigned u[2] = {w.x, w.y};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const std::uint16_t raw = std::uint16_t(u[i / 2] >> (16 * (i % 2)));
+      x[i] = a.rows.f16 ? __half2float(__ushort_as_half(raw)) : bf16_bits_to_f32(raw);
+    }
   };
   // Raw scores (log2) of column g, when its entry has a scores row.
   float* my_scores = nullptr;
@@ -471,13 +480,17 @@ __global__ void __launch_bounds__(threads, 3) packed_attention_v4_kernel(packed_
       for (int i = 0; i < nrep; ++i) {
         const int tau = rep_s[i];
         const std::uint16_t* kr = a.rows.k + (rep_base + rep_s[32 + i]) * D;
-        // Column g's dot over channels 32t .. 32t + 31, summed over the quad.
-        float part = 0.f;
-#pragma unroll 8
-        for (int k = 0; k < 32; ++k) part = fmaf(qf_s[g * D + 32 * t + k], row_value(kr, 32 * t + k), part);
-        part += __shfl_xor_sync(0xffffffffu, part, 1);
-        part += __shfl_xor_sync(0xffffffffu, part, 2);
-        const float exact = p0 + tau < my_len ? part : -INFINITY;
+        // Every column's dot: the row read once by the warp (4 channels a
+        // lane), the 8 sums in one butterfly that leaves column g in lane (g, t).
+        float kx[4], part[8];
+        row_quad(kr, kx);
+#pragma unroll
+        for (int col = 0; col < 8; ++col) {
+          const float4 q4 = *reinterpret_cast<const float4*>(qf_s + col * D + 4 * lane);
+          part[col] = q4.x * kx[0] + q4.y * kx[1] + q4.z * kx[2] + q4.w * kx[3];
+        }
+        const float dot = packed_mma::warp_sum_many<8>(part, lane);
+        const float exact = p0 + tau < my_len ? dot : -INFINITY;
         if (t == 0) reps_s[i * 8 + g] = exact;
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt)
@@ -546,15 +559,19 @@ __global__ void __launch_bounds__(threads, 3) packed_attention_v4_kernel(packed_
           for (int e2 = 0; e2 < 2; ++e2)
             if (nt * 8 + 2 * t + e2 == tau) p[nt][e2] = 0.f;
         const float pr0 = exp2f(reps_s[i * 8 + 2 * t] - m0), pr1 = exp2f(reps_s[i * 8 + 2 * t + 1] - m1);
-        const std::uint16_t* vr = a.rows.v + (rep_base + rep_s[32 + i]) * D;
+        float vx[4];
+        row_quad(a.rows.v + (rep_base + rep_s[32 + i]) * D, vx);
+        *reinterpret_cast<float4*>(vrow_s + 4 * lane) = make_float4(vx[0], vx[1], vx[2], vx[3]);
+        __syncwarp();
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
-          const float va = row_value(vr, 16 * j + g), vb = row_value(vr, 16 * j + g + 8);
+          const float va = vrow_s[16 * j + g], vb = vrow_s[16 * j + g + 8];
           o[j][0] = fmaf(pr0, va, o[j][0]);
           o[j][1] = fmaf(pr1, va, o[j][1]);
           o[j][2] = fmaf(pr0, vb, o[j][2]);
           o[j][3] = fmaf(pr1, vb, o[j][3]);
         }
+        __syncwarp();  // vrow_s is the next row's
       }
       __syncwarp();  // rep_s and reps_s are rewritten by the next chunk
     }
@@ -769,7 +786,7 @@ kernel_fn prepare(const packed_attention_args& a, launch_shape& sh) {
     sh.off_qf = off;
     off += 8 * D * 4;
     sh.off_rep = off;
-    off += warps * (64 + 32 * 8) * 4;
+    off += warps * rep_warp_words * 4;
   }
   sh.off_warps = off;
   sh.smem = off + warps * sh.warp_bytes;

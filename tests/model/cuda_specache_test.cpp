@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -104,8 +105,9 @@ spec_run run_specache(cuda_forward& fwd, int slot, const std::vector<std::int32_
 // With top-k covering the context, every row the attention reads is
 // exact: the logits are the full cache's (lane_order: the low-bit copy in
 // lane order, read by the packed attention v4).
-void check_topk_covering(const model_config& c, bool lane_order) {
+double check_topk_covering(const model_config& c, bool lane_order, double tol) {
   SCOPED_TRACE(lane_order ? "lane order (v4)" : "cpu order (v3)");
+  double worst = 0;
   const auto m = test::random_weights(c, 17, 0.1f, dtype::bf16);
   cuda_model gm(c, m.w);
   const int steps = 70;  // two flushes past the prompt
@@ -125,7 +127,10 @@ void check_topk_covering(const model_config& c, bool lane_order) {
       o.packed_lane_order = lane_order;
       cuda_forward fwd(gm, o);
       const auto got = run_specache(fwd, 0, prompt, forced, output);
-      ASSERT_EQ(got.logits.size(), want.size());
+      if (got.logits.size() != want.size()) {
+        ADD_FAILURE() << got.logits.size() << " rows of logits, expected " << want.size();
+        return worst;
+      }
       EXPECT_GE(fwd.quantized(0), 32) << "the packed part must be exercised";
       int greedy = 0;
       for (std::size_t s = 0; s < want.size(); ++s) {
@@ -135,7 +140,8 @@ void check_topk_covering(const model_config& c, bool lane_order) {
         // flash-decoding's f32 moves these logits by up to ~5e-3 (H200),
         // with nothing quantized yet as much as with everything replaced.
         const double err = rel_error(got.logits[s].data(), want[s].data(), want[s].size());
-        EXPECT_LE(err, 1e-2) << "step " << s;
+        EXPECT_LE(err, tol) << "step " << s;
+        worst = std::max(worst, err);
         std::vector<float> sorted = want[s];
         std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
         if (sorted[0] - sorted[1] > 1e-2 * std::fabs(sorted[0])) {
@@ -157,16 +163,24 @@ void check_topk_covering(const model_config& c, bool lane_order) {
         EXPECT_EQ(hits, needed);
       }
     }
+  return worst;
 }
 
 TEST_F(cuda_specache, topk_covering_the_context_matches_the_full_cache) {
-  check_topk_covering(test::small_gqa_config(), false);
-  model_config c = test::small_gqa_config();  // head_dim 128: the lane order applies
+  check_topk_covering(test::small_gqa_config(), false, 1e-2);
+  // head_dim 128 (the lane order applies), both orders. This model's logits
+  // move more under the attention's f16 roundings than the head_dim-64 one's
+  // (the largest errors are at the prompt's last row, before anything is
+  // quantized or fetched); each order's worst step is printed.
+  model_config c = test::small_gqa_config();
   c.hidden_size = 512;
   c.num_attention_heads = 4;
   c.num_key_value_heads = 2;
   c.head_dim = 128;
-  check_topk_covering(c, true);
+  for (const bool lane : {false, true}) {
+    const double worst = check_topk_covering(c, lane, 2e-2);
+    std::printf("head_dim 128, %s order: worst logits error %.4g\n", lane ? "lane" : "cpu", worst);
+  }
 }
 
 TEST_F(cuda_specache, fetched_rows_bring_the_logits_closer_to_full) {
