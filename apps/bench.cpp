@@ -201,8 +201,8 @@ int bench_main(int argc, char** argv) {
      "specache (CPU): microseconds added to every gather, emulating a slower host-to-device link")
     ("packed-stages", po::value(&o.packed_stages)->default_value(0),
      "CUDA decode: cp.async stages of the packed attention (2, 3 or 4; 0: per format)")
-    ("packed-order", po::value(&packed_order)->default_value("cpu"),
-     "CUDA decode, kivi/hier caches: cpu (packed attention v3) or lane (v4, head_dim 128)")
+    ("packed-order", po::value(&packed_order)->default_value("lane"),
+     "CUDA decode, quantized caches: lane (packed attention v4, head_dim 128) or cpu (v3)")
     ("draft-gemv", po::value(&o.draft_gemv)->default_value(0),
      "quantspec (cuda): the draft's 4-bit GEMV version, 2, 3 or 4 (0: the default)")
     ("gamma", po::value(&qso.gamma)->default_value("5"), "quantspec: draft tokens per round, or auto")

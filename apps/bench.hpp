@@ -38,7 +38,7 @@ struct bench_options {
   // (--kv full,kivi:1,specache,hier:4 ...); empty: full only.
   std::vector<kv_mode> kv_modes;
   int packed_stages = 0;  // cp.async stages of the packed attention; 0: per format
-  bool packed_lane_order = false;  // kivi/hier caches in lane order, read by packed attention v4
+  bool packed_lane_order = true;  // quantized caches in lane order, read by packed attention v4 (false: v3)
   int draft_gemv = 0;     // QuantSpec's 4-bit GEMV version on the GPU (kernels/cuda/int4_gemv.hpp); 0: default
   // CUDA decode: a cap on what the run may allocate on the GPU (weights,
   // caches, scratch), to emulate a smaller card; 0: the whole device.

@@ -130,9 +130,10 @@ struct cuda_forward_options {
   bool specache_timeline = false;
   int packed_stages = 0;  // cp.async stages of the packed attention: 2, 3 or 4; 0: per format
   // Keep the quantized caches (head_dim 128, G >= 32) in lane order
-  // (kernels/cuda/packed_lane_order.hpp), read by the packed attention v4;
-  // other shapes keep the cpu order (v3).
-  bool packed_lane_order = false;
+  // (kernels/cuda/packed_lane_order.hpp), read by the packed attention v4
+  // (faster than v3 in every mode measured, kernels/cuda/NOTES.md); other
+  // shapes, and false, keep the cpu order (v3).
+  bool packed_lane_order = true;
 };
 
 class cuda_forward {

@@ -48,6 +48,7 @@ TEST(BenchCli, BadFlagsAreUsageErrors) {
       {"bench --preset tiny --device cuda --max-batch --batch 4", "--max-batch and --batch are exclusive"},
       {"bench --device cuda --kernels --gemv-only --max-batch", "--max-batch: times decode steps"},
       {"bench --preset tiny --device cpu --gemv-only", "--gemv-only: needs --kernels"},
+      {"bench --preset tiny --device cuda --packed-order rows", "--packed-order: must be cpu or lane, got 'rows'"},
   };
   for (const auto& c : cases) {
     const auto r = run_specpipe(c.args);
