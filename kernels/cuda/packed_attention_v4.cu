@@ -19,7 +19,10 @@
 //     B operand element for element; the zero terms sum_t p z_t are one
 //     more MMA per value group with the zeros as A.
 // Window rows (bf16 ring) take the same MMAs with f16 conversions and unit
-// scales, read straight from global memory.
+// scales, read straight from global memory, q and p each as two f16 halves
+// (hi + lo: near f32, as v3 reads these rows). SpeCache's replaced rows
+// (exact f32 scores and values, the codes' share zeroed) and raw scores are
+// handled per chunk on the side.
 //
 // Error: Q' = f16(f16(q scale log2 e) s) and P' = f16(f16(p) s), two
 // roundings each (v3: one); the test tolerance (5e-3) is v3's.
