@@ -751,44 +751,12 @@ int log2_of(int x) {
   return l;
 }
 
-// Checks the arguments; returns the kernel and fills the shape.
+// Returns the kernel and fills the shape (arguments checked by check_args).
 kernel_fn prepare(const packed_attention_args& a, launch_shape& sh) {
+  const int gq = detail::check_packed_attention_args(a);
   const packed_cache_view& c = a.cache;
   const int d = c.head_dim;
-  if (d != 64 && d != 128) fail("head_dim " + std::to_string(d) + " is not 64 or 128");
-  if (c.bits != 1 && c.bits != 2 && c.bits != 4) fail("bits must be 1, 2 or 4, got " + std::to_string(c.bits));
   const bool lower = c.k_lower != nullptr;
-  if (lower != (c.v_lower != nullptr)) fail("keys and values must both have a lower plane or neither");
-  if (lower && c.bits != 4) fail("a lower plane needs 4-bit upper codes, got " + std::to_string(c.bits));
-  if (c.group != 32 && c.group != 64 && c.group != 128)
-    fail("group " + std::to_string(c.group) + " is not 32, 64 or 128 (smaller groups: quantized_attention.hpp, v1)");
-  if (c.n_kv_heads <= 0 || a.n_heads % c.n_kv_heads != 0)
-    fail("n_heads " + std::to_string(a.n_heads) + " is not a multiple of n_kv_heads " + std::to_string(c.n_kv_heads));
-  const int gq = a.n_heads / c.n_kv_heads;
-  if (gq != 1 && gq != 2 && gq != 4 && gq != 8) fail("GQA group " + std::to_string(gq) + " is not 1, 2, 4 or 8");
-  if (a.splits < 1) fail("splits must be >= 1, got " + std::to_string(a.splits));
-  if (a.stages < 2 || a.stages > 4) fail("stages must be 2, 3 or 4, got " + std::to_string(a.stages));
-  if (a.combine != 0 && a.combine != 1) fail("combine must be 0 or 1, got " + std::to_string(a.combine));
-  if (!a.q || !a.partial || (!a.out_f32 && !a.out_bf16)) fail("q, partial or out missing");
-  if (!a.entry_slot || !a.entry_quant || !a.entry_len) fail("per-entry slot, packed length and length missing");
-  const void* ptrs[] = {c.k_codes, c.k_scale, c.k_zero, c.v_codes, c.v_scale, c.v_zero, c.win_k, c.win_v};
-  for (const void* p : ptrs)
-    if (!p || !aligned16(p)) fail("codes, scales, zeros and window rows must be present and 16-byte aligned");
-  if (lower && (!aligned16(c.k_lower) || !aligned16(c.v_lower))) fail("lower planes must be 16-byte aligned");
-  if (c.k_run % 16 || c.v_run % 16 || c.ks_run % 8 || c.vs_run % 8)
-    fail("runs per (slot, head) must keep every run 16-byte aligned");
-  if (c.win_cap < 1) fail("win_cap must be >= 1");
-  if (a.rows.positions && (!a.rows.count || !a.rows.k || !a.rows.v || a.rows.stride < 1))
-    fail("replaced rows need counts, K/V rows and a positive stride");
-  if (a.scores && (!a.entry_scores_row || a.scores_stride < 1)) fail("scores need entry rows and a stride");
-  if (a.block_first) {
-    if (!a.block_count || a.blocks < 1) fail("multi-query blocks need block_count and blocks >= 1");
-    if (a.max_queries < 1 || a.max_queries * gq > 8)
-      fail("max_queries " + std::to_string(a.max_queries) + " times the GQA group " + std::to_string(gq) +
-           " exceeds the 8 query columns of a block");
-    if (a.rows.positions && !a.rows.entry_index)
-      fail("multi-query blocks read one set of replaced rows per block: give rows.entry_index");
-  }
   sh.gq = gq;
   sh.log2_group = log2_of(c.group);
   sh.log2_vgroup32 = log2_of(c.value_group() / 32);
@@ -858,6 +826,52 @@ kernel_fn prepare(const packed_attention_args& a, launch_shape& sh) {
 }
 
 }  // namespace
+
+namespace detail {
+
+// The checks both versions share (std::invalid_argument naming the field);
+// returns the GQA group.
+int check_packed_attention_args(const packed_attention_args& a) {
+  const packed_cache_view& c = a.cache;
+  const int d = c.head_dim;
+  if (d != 64 && d != 128) fail("head_dim " + std::to_string(d) + " is not 64 or 128");
+  if (c.bits != 1 && c.bits != 2 && c.bits != 4) fail("bits must be 1, 2 or 4, got " + std::to_string(c.bits));
+  const bool lower = c.k_lower != nullptr;
+  if (lower != (c.v_lower != nullptr)) fail("keys and values must both have a lower plane or neither");
+  if (lower && c.bits != 4) fail("a lower plane needs 4-bit upper codes, got " + std::to_string(c.bits));
+  if (c.group != 32 && c.group != 64 && c.group != 128)
+    fail("group " + std::to_string(c.group) + " is not 32, 64 or 128 (smaller groups: quantized_attention.hpp, v1)");
+  if (c.n_kv_heads <= 0 || a.n_heads % c.n_kv_heads != 0)
+    fail("n_heads " + std::to_string(a.n_heads) + " is not a multiple of n_kv_heads " + std::to_string(c.n_kv_heads));
+  const int gq = a.n_heads / c.n_kv_heads;
+  if (gq != 1 && gq != 2 && gq != 4 && gq != 8) fail("GQA group " + std::to_string(gq) + " is not 1, 2, 4 or 8");
+  if (a.splits < 1) fail("splits must be >= 1, got " + std::to_string(a.splits));
+  if (a.stages < 2 || a.stages > 4) fail("stages must be 2, 3 or 4, got " + std::to_string(a.stages));
+  if (a.combine != 0 && a.combine != 1) fail("combine must be 0 or 1, got " + std::to_string(a.combine));
+  if (!a.q || !a.partial || (!a.out_f32 && !a.out_bf16)) fail("q, partial or out missing");
+  if (!a.entry_slot || !a.entry_quant || !a.entry_len) fail("per-entry slot, packed length and length missing");
+  const void* ptrs[] = {c.k_codes, c.k_scale, c.k_zero, c.v_codes, c.v_scale, c.v_zero, c.win_k, c.win_v};
+  for (const void* p : ptrs)
+    if (!p || !aligned16(p)) fail("codes, scales, zeros and window rows must be present and 16-byte aligned");
+  if (lower && (!aligned16(c.k_lower) || !aligned16(c.v_lower))) fail("lower planes must be 16-byte aligned");
+  if (c.k_run % 16 || c.v_run % 16 || c.ks_run % 8 || c.vs_run % 8)
+    fail("runs per (slot, head) must keep every run 16-byte aligned");
+  if (c.win_cap < 1) fail("win_cap must be >= 1");
+  if (a.rows.positions && (!a.rows.count || !a.rows.k || !a.rows.v || a.rows.stride < 1))
+    fail("replaced rows need counts, K/V rows and a positive stride");
+  if (a.scores && (!a.entry_scores_row || a.scores_stride < 1)) fail("scores need entry rows and a stride");
+  if (a.block_first) {
+    if (!a.block_count || a.blocks < 1) fail("multi-query blocks need block_count and blocks >= 1");
+    if (a.max_queries < 1 || a.max_queries * gq > 8)
+      fail("max_queries " + std::to_string(a.max_queries) + " times the GQA group " + std::to_string(gq) +
+           " exceeds the 8 query columns of a block");
+    if (a.rows.positions && !a.rows.entry_index)
+      fail("multi-query blocks read one set of replaced rows per block: give rows.entry_index");
+  }
+  return gq;
+}
+
+}  // namespace detail
 
 std::size_t packed_attention_scratch_floats(int entries, int n_heads, int head_dim, int max_splits) {
   return std::size_t(entries) * std::size_t(n_heads) * std::size_t(max_splits) * std::size_t(head_dim + 2);

@@ -41,6 +41,7 @@
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/packed_attention.hpp"
 #include "kernels/cuda/packed_attention_v4.hpp"
+#include "kernels/cuda/packed_lane_mma.cuh"
 #include "kernels/cuda/packed_lane_order.hpp"
 #include "kernels/cuda/packed_mma.cuh"
 #include "kernels/cuda/vec.cuh"
@@ -59,6 +60,7 @@ using detail::cp_async16;
 using detail::cp_async_commit;
 using detail::cp_async_wait_dyn;
 using packed_mma::mma16816;
+using namespace lane_mma;
 
 struct launch_shape {
   int gq = 4;
@@ -82,101 +84,6 @@ constexpr int off_ml = 2 * 8 * q16_stride * 2;
 constexpr int fixed_bytes = off_ml + warps * 8 * 2 * 4;
 // Replaced rows, per warp: [32] positions, [32] row indices, [32][8] exact scores, [128] a value row.
 constexpr int rep_warp_words = 64 + 32 * 8 + 128;
-
-__device__ __forceinline__ unsigned as_u32(__half2 h) { return *reinterpret_cast<unsigned*>(&h); }
-__device__ __forceinline__ unsigned pack_f16(float lo, float hi) { return as_u32(__floats2half2_rn(lo, hi)); }
-// bf16x2 -> f16x2 (window rows).
-__device__ __forceinline__ unsigned bf2_to_h2(unsigned w) {
-  const float lo = __uint_as_float(w << 16), hi = __uint_as_float(w & 0xffff0000u);
-  return pack_f16(lo, hi);
-}
-__device__ __forceinline__ float bf16_bits_to_f32(std::uint16_t b) { return __uint_as_float(unsigned(b) << 16); }
-
-// f16x2 bit patterns of the exact constants below (integer arithmetic, so
-// they fold once the unrolled loops fix p), and f16x2 FMA/MUL on raw
-// registers: ptxas folds constant operands into the instruction's
-// immediates (the cvt inside __float2half2_rn is inline asm it keeps).
-__host__ __device__ constexpr unsigned h2(unsigned bits) { return bits * 0x10001u; }
-__host__ __device__ constexpr unsigned f16_pow2(int e) { return unsigned(e + 15) << 10; }  // 2^e
-constexpr unsigned f16_sign = 0x8000u;
-__device__ __forceinline__ unsigned hfma2_raw(unsigned a, unsigned b, unsigned c) {
-  unsigned d;
-  asm("fma.rn.f16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-  return d;
-}
-__device__ __forceinline__ unsigned hmul2_raw(unsigned a, unsigned b) {
-  unsigned d;
-  asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
-  return d;
-}
-
-__device__ __forceinline__ unsigned hmul2u(unsigned a, unsigned b) { return hmul2_raw(a, b); }
-// a * s for a constant power of two s (exact but for subnormals).
-__device__ __forceinline__ unsigned hscale2u(unsigned a, unsigned h2_bits) { return hmul2_raw(a, h2_bits); }
-constexpr unsigned h2_sixteenth = h2(f16_pow2(-4));            // (1/16, 1/16)
-constexpr unsigned h2_minus_half = h2(f16_sign | f16_pow2(-1));  // (-0.5, -0.5)
-
-// Pair i of a lane's words as the exact f16x2 codes (packed_lane_order.hpp):
-// AND/OR into the mantissas of 1024.0, then x 2^-p minus 1024 2^-p.
-template <int B>
-__device__ __forceinline__ unsigned raw_pair(const unsigned* w, int i) {
-  constexpr int PW = lane_order::pairs_per_word(B), PH = lane_order::pairs_per_half(B);
-  const int s = i % PW, p = (s % PH) * B;
-  const unsigned x = s >= PH ? (w[i / PW] >> 8) : w[i / PW];
-  constexpr unsigned m = (1u << B) - 1u;
-  return (x & ((m << p) | (m << (p + 16)))) | 0x64006400u;
-}
-template <int B>
-__device__ __forceinline__ unsigned code_pair(const unsigned* w, int i) {
-  const int p = ((i % lane_order::pairs_per_word(B)) % lane_order::pairs_per_half(B)) * B;
-  // (1024 + 2^p c) 2^-p - 2^(10-p) = c
-  return hfma2_raw(raw_pair<B>(w, i), h2(f16_pow2(-p)), h2(f16_sign | f16_pow2(10 - p)));
-}
-// INT8 read of hier: 16 U + L, both planes 4-bit in the same order.
-__device__ __forceinline__ unsigned code_pair8(const unsigned* u, const unsigned* l, int i) {
-  const int p = ((i % lane_order::pairs_per_word(4)) % lane_order::pairs_per_half(4)) * 4;
-  // x = (1024 + 2^p u) 2^(4-p) - 17 2^(10-p) = 16 u - 2^(10-p) (exact; 17 = 1.0625 * 16),
-  // then (1024 + 2^p l) 2^-p + x = 16 u + l (exact).
-  const unsigned x = hfma2_raw(raw_pair<4>(u, i), h2(f16_pow2(4 - p)), h2(f16_sign | f16_pow2(14 - p) | 64u));
-  return hfma2_raw(raw_pair<4>(l, i), h2(f16_pow2(-p)), x);
-}
-
-template <int NG>
-__device__ __forceinline__ void token_pairs(const std::uint16_t* at_t0, unsigned (&out)[NG]) {
-  if constexpr (NG == 1) {
-    out[0] = *reinterpret_cast<const unsigned*>(at_t0);
-  } else if constexpr (NG == 2) {
-    const uint2 v = *reinterpret_cast<const uint2*>(at_t0);
-    out[0] = __byte_perm(v.x, v.y, 0x5410);
-    out[1] = __byte_perm(v.x, v.y, 0x7632);
-  } else {
-    const uint4 v = *reinterpret_cast<const uint4*>(at_t0);
-    out[0] = __byte_perm(v.x, v.z, 0x5410);
-    out[1] = __byte_perm(v.x, v.z, 0x7632);
-    out[2] = __byte_perm(v.y, v.w, 0x5410);
-    out[3] = __byte_perm(v.y, v.w, 0x7632);
-  }
-}
-
-template <int N>
-__device__ __forceinline__ void lds_words(const unsigned char* p, unsigned (&w)[N]) {
-  if constexpr (N == 1) {
-    w[0] = *reinterpret_cast<const unsigned*>(p);
-  } else if constexpr (N == 2) {
-    const uint2 v = *reinterpret_cast<const uint2*>(p);
-    w[0] = v.x;
-    w[1] = v.y;
-  } else {
-#pragma unroll
-    for (int i = 0; i < N; i += 4) {
-      const uint4 v = *reinterpret_cast<const uint4*>(p + 4 * i);
-      w[i] = v.x;
-      w[i + 1] = v.y;
-      w[i + 2] = v.z;
-      w[i + 3] = v.w;
-    }
-  }
-}
 
 template <int B, bool LOWER, int NG>
 __global__ void __launch_bounds__(threads, 3) packed_attention_v4_kernel(packed_attention_args a, launch_shape sh) {
@@ -394,8 +301,8 @@ __global__ void __launch_bounds__(threads, 3) packed_attention_v4_kernel(packed_
             const int off = 2 * (16 * j + 8 * h + 2 * t);
             qw[h] = q16_word(j, h);
             unsigned sw = *reinterpret_cast<const unsigned*>(ks + off);
-            if constexpr (LOWER) sw = hscale2u(sw, h2_sixteenth);  // s / 16: exact
-            aq[j][h] = hmul2u(qw[h], sw);
+            if constexpr (LOWER) sw = hmul2_raw(sw, h2_sixteenth);  // s / 16: exact
+            aq[j][h] = hmul2_raw(qw[h], sw);
             zw[h] = *reinterpret_cast<const unsigned*>(kz + off);
           }
           // base = sum_c q_c z_c: B = the zeros broadcast over the 8 columns.
@@ -599,13 +506,13 @@ __global__ void __launch_bounds__(threads, 3) packed_attention_v4_kernel(packed_
           const unsigned z0 = za[cg], z1 = zb[cg];
           mma16816(zacc[cg], z0, z0, z1, z1, pb0, pb1);
           if constexpr (LOWER) {  // v^ = (z - s/2) + (s/16) code
-            const unsigned h0 = hscale2u(s0, h2_minus_half), h1 = hscale2u(s1, h2_minus_half);
+            const unsigned h0 = hmul2_raw(s0, h2_minus_half), h1 = hmul2_raw(s1, h2_minus_half);
             mma16816(zacc[cg], h0, h0, h1, h1, pb0, pb1);
-            s0 = hscale2u(s0, h2_sixteenth);
-            s1 = hscale2u(s1, h2_sixteenth);
+            s0 = hmul2_raw(s0, h2_sixteenth);
+            s1 = hmul2_raw(s1, h2_sixteenth);
           }
-          pp0[cg] = hmul2u(pb0, s0);
-          pp1[cg] = hmul2u(pb1, s1);
+          pp0[cg] = hmul2_raw(pb0, s0);
+          pp1[cg] = hmul2_raw(pb1, s1);
         }
         unsigned vw[2 * B];
         lds_words<2 * B>(st + sh.off_vc + sub * lane_order::value_block_bytes(B) + lane * 8 * B, vw);
@@ -727,41 +634,10 @@ void fail(const std::string& what) { throw std::invalid_argument("packed_attenti
 int round16(int x) { return (x + 15) / 16 * 16; }
 
 kernel_fn prepare(const packed_attention_args& a, launch_shape& sh) {
+  const int gq = detail::check_packed_attention_args(a);
   const packed_cache_view& c = a.cache;
   if (c.head_dim != D) fail("head_dim must be 128, got " + std::to_string(c.head_dim));
-  if (c.bits != 1 && c.bits != 2 && c.bits != 4) fail("bits must be 1, 2 or 4, got " + std::to_string(c.bits));
   const bool lower = c.k_lower != nullptr;
-  if (lower != (c.v_lower != nullptr)) fail("keys and values must both have a lower plane or neither");
-  if (lower && c.bits != 4) fail("a lower plane needs 4-bit upper codes, got " + std::to_string(c.bits));
-  if (c.group != 32 && c.group != 64 && c.group != 128)
-    fail("group " + std::to_string(c.group) + " is not 32, 64 or 128");
-  if (c.n_kv_heads <= 0 || a.n_heads % c.n_kv_heads != 0)
-    fail("n_heads " + std::to_string(a.n_heads) + " is not a multiple of n_kv_heads " + std::to_string(c.n_kv_heads));
-  const int gq = a.n_heads / c.n_kv_heads;
-  if (gq != 1 && gq != 2 && gq != 4 && gq != 8) fail("GQA group " + std::to_string(gq) + " is not 1, 2, 4 or 8");
-  if (a.rows.positions && (!a.rows.count || !a.rows.k || !a.rows.v || a.rows.stride < 1))
-    fail("replaced rows need counts, K/V rows and a positive stride");
-  if (a.scores && (!a.entry_scores_row || a.scores_stride < 1)) fail("scores need entry rows and a stride");
-  if (a.block_first && a.rows.positions && !a.rows.entry_index)
-    fail("multi-query blocks read one set of replaced rows per block: give rows.entry_index");
-  if (a.splits < 1) fail("splits must be >= 1, got " + std::to_string(a.splits));
-  if (a.stages < 2 || a.stages > 4) fail("stages must be 2, 3 or 4, got " + std::to_string(a.stages));
-  if (!a.q || !a.partial || (!a.out_f32 && !a.out_bf16)) fail("q, partial or out missing");
-  if (!a.entry_slot || !a.entry_quant || !a.entry_len) fail("per-entry slot, packed length and length missing");
-  auto aligned16 = [](const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; };
-  const void* ptrs[] = {c.k_codes, c.k_scale, c.k_zero, c.v_codes, c.v_scale, c.v_zero, c.win_k, c.win_v};
-  for (const void* p : ptrs)
-    if (!p || !aligned16(p)) fail("codes, scales, zeros and window rows must be present and 16-byte aligned");
-  if (lower && (!aligned16(c.k_lower) || !aligned16(c.v_lower))) fail("lower planes must be 16-byte aligned");
-  if (c.k_run % 16 || c.v_run % 16 || c.ks_run % 8 || c.vs_run % 8)
-    fail("runs per (slot, head) must keep every run 16-byte aligned");
-  if (c.win_cap < 1) fail("win_cap must be >= 1");
-  if (a.block_first) {
-    if (!a.block_count || a.blocks < 1) fail("multi-query blocks need block_count and blocks >= 1");
-    if (a.max_queries < 1 || a.max_queries * gq > 8)
-      fail("max_queries " + std::to_string(a.max_queries) + " times the GQA group " + std::to_string(gq) +
-           " exceeds the 8 query columns of a block");
-  }
   sh.gq = gq;
   sh.log2_group = c.group == 32 ? 5 : c.group == 64 ? 6 : 7;
   sh.stages = a.stages;

@@ -1,0 +1,107 @@
+#pragma once
+// The packed attention v4's register-level building blocks
+// (packed_attention_v4.cu): lane-order code pairs (packed_lane_order.hpp)
+// to exact f16x2 operands, f16x2 arithmetic on raw registers with constants
+// ptxas folds into immediates, and the shared-memory word loads. CUDA-only.
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/packed_lane_order.hpp"
+
+namespace specpipe::kernels::cuda::lane_mma {
+
+__device__ __forceinline__ unsigned as_u32(__half2 h) { return *reinterpret_cast<unsigned*>(&h); }
+__device__ __forceinline__ unsigned pack_f16(float lo, float hi) { return as_u32(__floats2half2_rn(lo, hi)); }
+// bf16x2 -> f16x2 (window rows).
+__device__ __forceinline__ unsigned bf2_to_h2(unsigned w) {
+  const float lo = __uint_as_float(w << 16), hi = __uint_as_float(w & 0xffff0000u);
+  return pack_f16(lo, hi);
+}
+__device__ __forceinline__ float bf16_bits_to_f32(std::uint16_t b) { return __uint_as_float(unsigned(b) << 16); }
+
+// f16x2 bit patterns of the exact constants below (integer arithmetic, so
+// they fold once the unrolled loops fix p), and f16x2 FMA/MUL on raw
+// registers: ptxas folds constant operands into the instruction's
+// immediates (the cvt inside __float2half2_rn is inline asm it keeps).
+__host__ __device__ constexpr unsigned h2(unsigned bits) { return bits * 0x10001u; }
+__host__ __device__ constexpr unsigned f16_pow2(int e) { return unsigned(e + 15) << 10; }  // 2^e
+constexpr unsigned f16_sign = 0x8000u;
+__device__ __forceinline__ unsigned hfma2_raw(unsigned a, unsigned b, unsigned c) {
+  unsigned d;
+  asm("fma.rn.f16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+__device__ __forceinline__ unsigned hmul2_raw(unsigned a, unsigned b) {
+  unsigned d;
+  asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+
+// Constant powers of two for hmul2_raw (exact scaling but for subnormals).
+constexpr unsigned h2_sixteenth = h2(f16_pow2(-4));            // (1/16, 1/16)
+constexpr unsigned h2_minus_half = h2(f16_sign | f16_pow2(-1));  // (-0.5, -0.5)
+
+// Pair i of a lane's words as the exact f16x2 codes (packed_lane_order.hpp):
+// AND/OR into the mantissas of 1024.0, then x 2^-p minus 1024 2^-p.
+template <int B>
+__device__ __forceinline__ unsigned raw_pair(const unsigned* w, int i) {
+  constexpr int PW = lane_order::pairs_per_word(B), PH = lane_order::pairs_per_half(B);
+  const int s = i % PW, p = (s % PH) * B;
+  const unsigned x = s >= PH ? (w[i / PW] >> 8) : w[i / PW];
+  constexpr unsigned m = (1u << B) - 1u;
+  return (x & ((m << p) | (m << (p + 16)))) | 0x64006400u;
+}
+template <int B>
+__device__ __forceinline__ unsigned code_pair(const unsigned* w, int i) {
+  const int p = ((i % lane_order::pairs_per_word(B)) % lane_order::pairs_per_half(B)) * B;
+  // (1024 + 2^p c) 2^-p - 2^(10-p) = c
+  return hfma2_raw(raw_pair<B>(w, i), h2(f16_pow2(-p)), h2(f16_sign | f16_pow2(10 - p)));
+}
+// INT8 read of hier: 16 U + L, both planes 4-bit in the same order.
+__device__ __forceinline__ unsigned code_pair8(const unsigned* u, const unsigned* l, int i) {
+  const int p = ((i % lane_order::pairs_per_word(4)) % lane_order::pairs_per_half(4)) * 4;
+  // x = (1024 + 2^p u) 2^(4-p) - 17 2^(10-p) = 16 u - 2^(10-p) (exact; 17 = 1.0625 * 16),
+  // then (1024 + 2^p l) 2^-p + x = 16 u + l (exact).
+  const unsigned x = hfma2_raw(raw_pair<4>(u, i), h2(f16_pow2(4 - p)), h2(f16_sign | f16_pow2(14 - p) | 64u));
+  return hfma2_raw(raw_pair<4>(l, i), h2(f16_pow2(-p)), x);
+}
+
+template <int NG>
+__device__ __forceinline__ void token_pairs(const std::uint16_t* at_t0, unsigned (&out)[NG]) {
+  if constexpr (NG == 1) {
+    out[0] = *reinterpret_cast<const unsigned*>(at_t0);
+  } else if constexpr (NG == 2) {
+    const uint2 v = *reinterpret_cast<const uint2*>(at_t0);
+    out[0] = __byte_perm(v.x, v.y, 0x5410);
+    out[1] = __byte_perm(v.x, v.y, 0x7632);
+  } else {
+    const uint4 v = *reinterpret_cast<const uint4*>(at_t0);
+    out[0] = __byte_perm(v.x, v.z, 0x5410);
+    out[1] = __byte_perm(v.x, v.z, 0x7632);
+    out[2] = __byte_perm(v.y, v.w, 0x5410);
+    out[3] = __byte_perm(v.y, v.w, 0x7632);
+  }
+}
+
+template <int N>
+__device__ __forceinline__ void lds_words(const unsigned char* p, unsigned (&w)[N]) {
+  if constexpr (N == 1) {
+    w[0] = *reinterpret_cast<const unsigned*>(p);
+  } else if constexpr (N == 2) {
+    const uint2 v = *reinterpret_cast<const uint2*>(p);
+    w[0] = v.x;
+    w[1] = v.y;
+  } else {
+#pragma unroll
+    for (int i = 0; i < N; i += 4) {
+      const uint4 v = *reinterpret_cast<const uint4*>(p + 4 * i);
+      w[i] = v.x;
+      w[i + 1] = v.y;
+      w[i + 2] = v.z;
+      w[i + 3] = v.w;
+    }
+  }
+}
+
+}  // namespace specpipe::kernels::cuda::lane_mma
