@@ -437,8 +437,10 @@ TEST_F(cuda_packed_attention, many_splits_and_long_context) {
 // one block (their query heads side by side), against the CPU per row. Slot
 // 2's rows straddle a window tile boundary (lengths nq + 126 .. nq + 130),
 // so the block's last tile holds positions only some of its rows attend.
-TEST_F(cuda_packed_attention, multi_query_blocks_match_cpu_per_row) {
-  unsigned seed = 1450;
+// Every format and GQA group, the rows of three slots in multi-query blocks
+// of up to packed_attention_max_queries rows, under `base`'s order and
+// switches.
+void run_multi_query(allocator& dev, const run_options& base, unsigned seed) {
   for (const auto& fc : formats)
     for (const int gq : {1, 2, 4, 8}) {
       const int maxq = kc::packed_attention_max_queries(gq);
@@ -446,20 +448,25 @@ TEST_F(cuda_packed_attention, multi_query_blocks_match_cpu_per_row) {
       const std::int64_t lens[] = {6 * 64 + 40, 3 * 64 + 9, 2 * 64 + 130};
       const int rows_of[] = {5, 3, 5};
       std::vector<entry> es;
-      run_options ro;
+      run_options ro = base;
       for (int s = 0; s < 3; ++s) {
         const int first = int(es.size());
         for (int r = 0; r < rows_of[s]; ++r) es.push_back({s, lens[s] - rows_of[s] + 1 + r});
         for (int b = 0; b < rows_of[s]; b += maxq) ro.blocks.push_back({first + b, std::min(maxq, rows_of[s] - b)});
       }
       ro.max_queries = maxq;
-      ro.splits = {1, 3};
       // Against the CPU: random q of scale 3 makes peaky softmaxes whose f16
       // rounding of w and P' moves outlier channels by up to ~1.5e-2 (seen on
       // kivi4, GQA 1); the multi-vs-single check above is the tight one.
       ro.cpu_tol = 2e-2;
-      run_case(*dev_, fc, 128, 2, gq, 64, shapes, es, 140, ++seed, ro);
+      run_case(dev, fc, 128, 2, gq, 64, shapes, es, 140, ++seed, ro);
     }
+}
+
+TEST_F(cuda_packed_attention, multi_query_blocks_match_cpu_per_row) {
+  run_options ro;
+  ro.splits = {1, 3};
+  run_multi_query(*dev_, ro, 1450);
 }
 
 // Both orders of the codes: cpu (v3) and lane (v4).
@@ -631,23 +638,7 @@ TEST_F(cuda_packed_attention, lane_order_windows_long_contexts_and_multi_query_b
   lr.stages = {2, 3, 4};
   run_case(*dev_, formats[0], 128, 2, 4, 64, {{60, 70}}, {{0, 60 * 64 + 70}}, 130, 1890, lr);
   run_case(*dev_, formats[5], 128, 2, 4, 128, {{24, 200}}, {{0, 24 * 128 + 200}}, 256, 1891, lr);
-  for (const auto& fc : formats)
-    for (const int gq : {1, 2, 4, 8}) {
-      const int maxq = kc::packed_attention_max_queries(gq);
-      const std::vector<slot_shape> shapes = {{6, 40}, {3, 9}, {2, 130}};
-      const std::int64_t lens[] = {6 * 64 + 40, 3 * 64 + 9, 2 * 64 + 130};
-      const int rows_of[] = {5, 3, 5};
-      std::vector<entry> es;
-      run_options mq = ro;
-      for (int s = 0; s < 3; ++s) {
-        const int first = int(es.size());
-        for (int r = 0; r < rows_of[s]; ++r) es.push_back({s, lens[s] - rows_of[s] + 1 + r});
-        for (int b = 0; b < rows_of[s]; b += maxq) mq.blocks.push_back({first + b, std::min(maxq, rows_of[s] - b)});
-      }
-      mq.max_queries = maxq;
-      mq.cpu_tol = 2e-2;  // as multi_query_blocks_match_cpu_per_row
-      run_case(*dev_, fc, 128, 2, gq, 64, shapes, es, 140, ++seed, mq);
-    }
+  run_multi_query(*dev_, ro, seed);
 }
 
 TEST_F(cuda_packed_attention, rejects_bad_arguments) {

@@ -277,28 +277,17 @@ TEST_F(cuda_quantspec_test, greedy_rounds_equal_the_target_alone_on_the_default_
   std::string text;
   for (int i = 0; i < 12; ++i) text += "The old man looked out over the sea and said that the boat would come back. ";
   const auto prompt = m.tok.encode(text, m.tok.add_bos_default());
-  // G = 32: groups are quantized during the rounds, next to rollbacks.
-  const auto ref = target_greedy(gm, hier(8, 32), prompt, 96);
-  const auto got = quantspec_greedy(gm, 32, prompt, 96, parse_gamma("5"));
-  expect_same_greedy(ref, got, "default model, gamma 5");
-  // The trained model's 4-bit draft agrees with it most of the time.
-  EXPECT_GT(got.stats.acceptance_rate(), 0.5) << got.stats.summary();
-}
-
-// The same with the hierarchical cache in lane order (packed attention v4
-// for the draft's INT4 reads and the verify's multi-query INT8 blocks).
-TEST_F(cuda_quantspec_test, greedy_rounds_equal_the_target_alone_in_lane_order) {
-  const model m = model::load(test::default_model_dir());
-  cuda_model gm(m.config, m.weights);
-  gm.make_draft(128);
-  std::string text;
-  for (int i = 0; i < 12; ++i) text += "The old man looked out over the sea and said that the boat would come back. ";
-  const auto prompt = m.tok.encode(text, m.tok.add_bos_default());
-  const auto ref = target_greedy(gm, hier(8, 32), prompt, 96, true);
-  for (const char* g : {"1", "5"}) {
-    const auto got = quantspec_greedy(gm, 32, prompt, 96, parse_gamma(g), true);
-    expect_same_greedy(ref, got, std::string("default model, lane order, gamma ") + g);
-    EXPECT_GT(got.stats.acceptance_rate(), 0.5) << got.stats.summary();
+  // G = 32: groups are quantized during the rounds, next to rollbacks. Both
+  // orders of the packed cache: lane (packed attention v4, the default) and
+  // cpu (v3).
+  for (const bool lane : {true, false}) {
+    const auto ref = target_greedy(gm, hier(8, 32), prompt, 96, lane);
+    for (const char* g : {"1", "5"}) {
+      const auto got = quantspec_greedy(gm, 32, prompt, 96, parse_gamma(g), lane);
+      expect_same_greedy(ref, got, std::string("default model, ") + (lane ? "lane" : "cpu") + " order, gamma " + g);
+      // The trained model's 4-bit draft agrees with it most of the time.
+      EXPECT_GT(got.stats.acceptance_rate(), 0.5) << got.stats.summary();
+    }
   }
 }
 
