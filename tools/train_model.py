@@ -148,6 +148,19 @@ def parse_args(argv):
     ap.add_argument("--induct-digits", type=float, default=0.5,
                     help="share of the random spans drawn from the ten digit tokens (the "
                          "others from the whole vocabulary)")
+    ap.add_argument("--copy-minutes", type=float, default=2.0,
+                    help="a first phase of at most this long on induction rows alone at "
+                         "--copy-length, loss on the copies, until the induction circuit forms "
+                         "(0: none); counted in --minutes")
+    ap.add_argument("--copy-until", type=float, default=0.9,
+                    help="the first phase ends early once the induction token accuracy of a "
+                         "log window reaches this")
+    ap.add_argument("--copy-length", type=int, default=256,
+                    help="row length of the first phase")
+    ap.add_argument("--copy-digits", type=float, default=0.0,
+                    help="share of the first phase's random spans drawn from the digits")
+    ap.add_argument("--copy-lm-weight", type=float, default=0.1,
+                    help="weight of the ordinary loss beside the copy loss in the first phase")
     ap.add_argument("--answer-weight", type=float, default=3.0)
     ap.add_argument("--induct-weight", type=float, default=1.0,
                     help="weight of the mean loss over induction targets, added to the "
@@ -181,6 +194,14 @@ def parse_args(argv):
         args.passkey_lengths = "128,256"
         args.passkey_per_cell = min(args.passkey_per_cell, 2)
         args.reserve_s = min(args.reserve_s, 10.0)
+        args.copy_minutes = min(args.copy_minutes, 0.1)
+        args.copy_length = min(args.copy_length, 128)
+    for name in ("copy_minutes", "copy_until", "copy_digits", "copy_lm_weight"):
+        if getattr(args, name) < 0:
+            raise SystemExit(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
+    if args.copy_minutes > 0 and args.copy_length < 2 * args.induct_every:
+        raise SystemExit(f"--copy-length {args.copy_length} holds fewer than two "
+                         f"--induct-every {args.induct_every} slots")
     return args
 
 
@@ -239,7 +260,12 @@ def token_losses(decoder, lm_head, inputs, targets):
     return ce.view(targets.shape), logits
 
 
-def train(args, model, batcher, device, t_start: float, probe=None) -> dict:
+def train(args, model, batcher, device, t_start: float, probe=None, copy_batcher=None) -> dict:
+    """Trains within the budget: first (with `copy_batcher` and --copy-minutes)
+    the copy phase, induction rows alone at --copy-length with the loss on
+    their copies, until their accuracy reaches --copy-until; then the mix of
+    the stages. The phases share the optimizer; the mix's warmup and lr
+    schedule start where the copy phase ends."""
     stages = parse_stages(args.stages)
     longest = max(n for _, n in stages)
     if args.batch_tokens < longest:
@@ -262,31 +288,18 @@ def train(args, model, batcher, device, t_start: float, probe=None) -> dict:
     deadline = t_start + budget
     autocast = torch.autocast(device_type=device.type, dtype=torch.bfloat16)
     pin = device.type == "cuda"
-    step, tokens_seen, checked_length = 0, 0, 0
-    next_probe = args.eval_every
     # lm loss sum, answer loss sum, answer hits, answer n, copy loss sum, copy hits, copy n,
     # induction loss sum, induction hits, induction n
     acc = torch.zeros(10, device=device)
-    last_t, last_tokens, last_step = time.time(), 0, 0
+    state = {"step": 0, "tokens": 0, "last_t": time.time(), "last_tokens": 0, "last_step": 0,
+             "checked": None}
     history = []
-    log(f"train: budget {budget:.0f}s for training, {args.batch_tokens} tokens/step, "
-        f"stages {stages}, passkey share {args.passkey_frac} ({args.passkey_full} of it "
-        f"full-length), repeated-text share {args.repeat_frac}, induction share "
-        f"{args.induct_frac}")
-    model.train()
-    while True:
-        now = time.time()
-        frac = (now - t_train) / max(1e-9, deadline - t_train)
-        if args.max_steps is not None:
-            frac = max(frac, step / args.max_steps)
-        if now >= deadline or (args.max_steps is not None and step >= args.max_steps):
-            break
-        length = stage_length(stages, frac)
-        rows = max(1, args.batch_tokens // length)
-        tokens_np, roles_np = batcher(rows, length)
-        if step == 0 or length != checked_length:
+
+    def one_step(source, rows, length, lr, copy_phase):
+        tokens_np, roles_np = source(rows, length)
+        if state["checked"] != (copy_phase, length):
             check_batch(tokens_np, roles_np, batcher.bos_id, batcher.enc.eos_id)
-            checked_length = length
+            state["checked"] = (copy_phase, length)
         tokens = torch.from_numpy(tokens_np)
         roles = torch.from_numpy(roles_np)
         if pin:
@@ -298,65 +311,128 @@ def train(args, model, batcher, device, t_start: float, probe=None) -> dict:
         ind_mask = (target_roles == ROLE_INDUCT).float()
         lm_mask = (target_roles == pk.ROLE_TEXT).float() + copy_mask + ind_mask
         ans_mask = (target_roles == pk.ROLE_ANSWER).float()
-        lr = lr_at(args, step, frac)
         for group in opt.param_groups:
             group["lr"] = lr
         with autocast:
             ce, logits = token_losses(decoder, model.lm_head, inputs, targets)
         lm_loss = (ce * lm_mask).sum() / lm_mask.sum().clamp(min=1.0)
         ans_loss = (ce * ans_mask).sum() / ans_mask.sum().clamp(min=1.0)
-        loss = lm_loss + args.answer_weight * ans_loss
-        if args.induct_weight:
-            loss = loss + args.induct_weight * (ce * ind_mask).sum() / ind_mask.sum().clamp(min=1.0)
+        ind_loss = (ce * ind_mask).sum() / ind_mask.sum().clamp(min=1.0)
+        if copy_phase:
+            loss = ind_loss + args.copy_lm_weight * lm_loss
+        else:
+            loss = lm_loss + args.answer_weight * ans_loss
+            if args.induct_weight:
+                loss = loss + args.induct_weight * ind_loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
         opt.step()
         with torch.no_grad():
             right = (logits.argmax(-1) == targets).float()
-            acc += torch.stack([lm_loss.detach(), ans_loss.detach(), (right * ans_mask).sum(),
-                                ans_mask.sum(), (ce.detach() * copy_mask).sum(),
-                                (right * copy_mask).sum(), copy_mask.sum(),
-                                (ce.detach() * ind_mask).sum(), (right * ind_mask).sum(),
-                                ind_mask.sum()])
+            acc.add_(torch.stack([lm_loss.detach(), ans_loss.detach(), (right * ans_mask).sum(),
+                                  ans_mask.sum(), (ce.detach() * copy_mask).sum(),
+                                  (right * copy_mask).sum(), copy_mask.sum(),
+                                  (ce.detach() * ind_mask).sum(), (right * ind_mask).sum(),
+                                  ind_mask.sum()]))
         del logits
-        step += 1
-        tokens_seen += rows * length
-        if step % args.log_every == 0:
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            t = time.time()
-            n = step - last_step
-            lm, al, h, an, cl, ch, cn, il, ih, inn = acc.tolist()
-            if not (math.isfinite(lm) and math.isfinite(al)):
-                raise SystemExit(f"training diverged by step {step}: loss {lm / n}, answer loss "
-                                 f"{al / n} (try a lower --lr)")
-            tps = (tokens_seen - last_tokens) / max(1e-9, t - last_t)
-            rec = {"step": step, "seconds": round(t - t_start, 1), "context": length,
-                   "lr": lr, "lm_loss": lm / n, "answer_loss": al / n,
-                   "answer_token_acc": h / max(1.0, an), "copy_loss": cl / max(1.0, cn),
-                   "copy_token_acc": ch / max(1.0, cn), "induct_loss": il / max(1.0, inn),
-                   "induct_token_acc": ih / max(1.0, inn), "tokens_per_s": tps}
-            line = (f"step {step:5d}  t {t - t_start:6.1f}s  ctx {length:5d}  lr {lr:.2e}  "
-                    f"loss {lm / n:.4f}  answer {al / n:.3f} (acc {h / max(1.0, an):.2f})  "
-                    f"copy {cl / max(1.0, cn):.3f} (acc {ch / max(1.0, cn):.2f})  ")
-            if inn:
-                line += f"induct {il / max(1.0, inn):.3f} (acc {ih / max(1.0, inn):.2f})  "
-            line += f"{tps / 1e3:8.1f}k tok/s"
-            if probe is not None and args.eval_every and step >= next_probe:
+        state["step"] += 1
+        state["tokens"] += rows * length
+
+    def log_window(length, lr, phase, probe_now):
+        """Prints and records the window since the last line; returns the
+        window's induction token accuracy."""
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t = time.time()
+        step = state["step"]
+        n = step - state["last_step"]
+        lm, al, h, an, cl, ch, cn, il, ih, inn = acc.tolist()
+        if not (math.isfinite(lm) and math.isfinite(al) and math.isfinite(il)):
+            raise SystemExit(f"training diverged by step {step}: loss {lm / n}, answer loss "
+                             f"{al / n}, induction loss {il / max(1.0, inn)} (try a lower --lr)")
+        tps = (state["tokens"] - state["last_tokens"]) / max(1e-9, t - state["last_t"])
+        rec = {"step": step, "phase": phase, "seconds": round(t - t_start, 1), "context": length,
+               "lr": lr, "lm_loss": lm / n, "answer_loss": al / n,
+               "answer_token_acc": h / max(1.0, an), "copy_loss": cl / max(1.0, cn),
+               "copy_token_acc": ch / max(1.0, cn), "induct_loss": il / max(1.0, inn),
+               "induct_token_acc": ih / max(1.0, inn), "tokens_per_s": tps}
+        line = (f"{phase} step {step:5d}  t {t - t_start:6.1f}s  ctx {length:5d}  lr {lr:.2e}  "
+                f"loss {lm / n:.4f}  ")
+        if phase == "mix":
+            line += (f"answer {al / n:.3f} (acc {h / max(1.0, an):.2f})  "
+                     f"copy {cl / max(1.0, cn):.3f} (acc {ch / max(1.0, cn):.2f})  ")
+        if inn:
+            line += f"induct {il / max(1.0, inn):.3f} (acc {ih / max(1.0, inn):.2f})  "
+        line += f"{tps / 1e3:8.1f}k tok/s"
+        if probe_now:
+            rec["probe_passkey"] = probe(model, length)
+            line += f"  passkey@{length} {rec['probe_passkey']:.2f}"
+        history.append(rec)
+        log(line)
+        acc.zero_()
+        state["last_t"], state["last_tokens"], state["last_step"] = time.time(), state["tokens"], step
+        return ih / max(1.0, inn)
+
+    model.train()
+    copy_steps, copy_seconds, copy_acc = 0, 0.0, None
+    if copy_batcher is not None and args.copy_minutes > 0:
+        # Phase 1: the induction circuit, on the cleanest signal there is.
+        copy_deadline = min(deadline, t_train + 60.0 * args.copy_minutes)
+        length = args.copy_length
+        rows = max(1, args.batch_tokens // length)
+        log(f"copy phase: up to {copy_deadline - t_train:.0f}s, {rows} induction rows of {length} "
+            f"tokens a step (a random-span pair per {args.induct_every} tokens, "
+            f"{args.copy_digits:.2f} of them digits), loss on the copies + "
+            f"{args.copy_lm_weight} x the ordinary loss, until induction accuracy "
+            f">= {args.copy_until}")
+        # With --max-steps the copy phase takes at most half of them.
+        copy_cap = None if args.max_steps is None else args.max_steps // 2
+        while time.time() < copy_deadline and (copy_cap is None or state["step"] < copy_cap):
+            lr = args.lr * min(1.0, (state["step"] + 1) / args.warmup_steps)
+            one_step(copy_batcher, rows, length, lr, True)
+            if state["step"] % args.log_every == 0:
+                copy_acc = log_window(length, lr, "copy", False)
+                if copy_acc >= args.copy_until:
+                    break
+        copy_steps, copy_seconds = state["step"], time.time() - t_train
+        log(f"copy phase: {copy_steps} steps in {copy_seconds:.0f}s, last induction accuracy "
+            f"{copy_acc if copy_acc is not None else float('nan'):.2f}")
+
+    # Phase 2: the mix, its stages and lr schedule over the time left.
+    t_mix = time.time()
+    mix_step = 0
+    warm = args.warmup_steps if copy_steps else 0  # no second warmup after the copy phase
+    next_probe = args.eval_every
+    log(f"train: budget {deadline - t_mix:.0f}s for the mix, {args.batch_tokens} tokens/step, "
+        f"stages {stages}, passkey share {args.passkey_frac} ({args.passkey_full} of it "
+        f"full-length), repeated-text share {args.repeat_frac}, induction share "
+        f"{args.induct_frac}")
+    while True:
+        now = time.time()
+        frac = (now - t_mix) / max(1e-9, deadline - t_mix)
+        if args.max_steps is not None:
+            frac = max(frac, state["step"] / args.max_steps)
+        if now >= deadline or (args.max_steps is not None and state["step"] >= args.max_steps):
+            break
+        length = stage_length(stages, frac)
+        rows = max(1, args.batch_tokens // length)
+        lr = lr_at(args, mix_step + warm, frac)
+        one_step(batcher, rows, length, lr, False)
+        mix_step += 1
+        if mix_step % args.log_every == 0:
+            probe_now = probe is not None and args.eval_every and mix_step >= next_probe
+            if probe_now:
                 next_probe += args.eval_every
-                rec["probe_passkey"] = probe(model, length)
-                line += f"  passkey@{length} {rec['probe_passkey']:.2f}"
-            history.append(rec)
-            log(line)
-            acc.zero_()
-            last_t, last_tokens, last_step = time.time(), tokens_seen, step
+            log_window(length, lr, "mix", probe_now)
     if device.type == "cuda":
         torch.cuda.synchronize()
     seconds = time.time() - t_train
-    log(f"train: {step} steps, {tokens_seen / 1e6:.1f}M tokens in {seconds:.0f}s "
-        f"({tokens_seen / max(1e-9, seconds) / 1e3:.1f}k tok/s average)")
-    return {"steps": step, "tokens": tokens_seen, "seconds": seconds,
+    step, tokens_seen = state["step"], state["tokens"]
+    log(f"train: {step} steps ({copy_steps} in the copy phase), {tokens_seen / 1e6:.1f}M tokens "
+        f"in {seconds:.0f}s ({tokens_seen / max(1e-9, seconds) / 1e3:.1f}k tok/s average)")
+    return {"steps": step, "copy_steps": copy_steps, "copy_seconds": copy_seconds,
+            "copy_final_induct_acc": copy_acc, "tokens": tokens_seen, "seconds": seconds,
             "tokens_per_s": tokens_seen / max(1e-9, seconds), "history": history}
 
 
@@ -632,7 +708,14 @@ def run(args, t_start: float) -> None:
         m.train()
         return res["passkey_mean"][str(length)]
 
-    stats = train(args, model, batcher, device, t_start, probe)
+    copy_batcher = None
+    if args.copy_minutes > 0:
+        # Induction rows alone (text with random-span pairs), seeded apart
+        # from the mix's rows.
+        copy_batcher = Batcher(train_tokens, train_hay, enc, meta["bos_id"], 0.0, args.seed + 7,
+                               induct_frac=1.0, induct_every=args.induct_every,
+                               induct_digits=args.copy_digits, vocab_size=meta["vocab_size"])
+    stats = train(args, model, batcher, device, t_start, probe, copy_batcher)
 
     t_eval = time.time()
     model_dir = args.out / "model"
@@ -650,7 +733,7 @@ def run(args, t_start: float) -> None:
     print_tables(ev)
     summary = target_summary(ev)
     log(summary)
-    report = {"model": {k: getattr(model.config, k) for k in (
+    report = {"model": {k: getattr(reloaded.config, k) for k in (
                   "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                   "num_attention_heads", "num_key_value_heads", "head_dim",
                   "max_position_embeddings")},
