@@ -18,7 +18,8 @@ with the texts
     ANSWER   = " {key}"
 
 * ``key`` is a decimal number of ``digits`` digits, first digit non-zero
-  (5 digits in evaluation, 4 to 7 in training).
+  (5 digits in evaluation; training draws its lengths from `--key-digits`
+  of tools/train_model.py, 5 by default).
 * ``H`` is a contiguous window of haystack tokens taken from inside one book
   of a packed split (tools/pack_corpus.py: never across the end-of-text id).
   Its length ``m`` is whatever makes ``len(prompt)`` equal the requested

@@ -73,7 +73,7 @@ class Batcher:
                  bos_id: int | None, passkey_frac: float, seed: int, repeat_frac: float = 0.0,
                  passkey_min: int = 64, repeat_min: int = 16, passkey_full: float = 1.0,
                  induct_frac: float = 0.0, induct_every: int = 128, vocab_size: int = 0,
-                 induct_digits: float = 0.5):
+                 induct_digits: float = 0.5, key_digits: tuple[int, int] = (4, 7)):
         if passkey_frac + repeat_frac + induct_frac > 1.0:
             raise SystemExit(f"--passkey-frac {passkey_frac} + --repeat-frac {repeat_frac} + "
                              f"--induct-frac {induct_frac} exceeds 1")
@@ -92,6 +92,7 @@ class Batcher:
         self.induct_frac = induct_frac
         self.induct_every = induct_every
         self.induct_digits = induct_digits
+        self.key_digits = key_digits
         # Random spans draw from the ordinary tokens (below the first special
         # one) or from the ten single-digit tokens.
         specials = [i for i in (bos_id, enc.eos_id) if i is not None]
@@ -189,7 +190,7 @@ class Batcher:
             n = left if full else log_uniform_int(self.rng, self.passkey_min, left)
             if left - n < self.passkey_min:
                 n = left  # the remainder would be too short for a document of its own
-            i, r = pk.training_sample(self.enc, self.haystack, n, self.rng)
+            i, r = pk.training_sample(self.enc, self.haystack, n, self.rng, *self.key_digits)
             ids.append(i)
             roles.append(r)
             left -= n

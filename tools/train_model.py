@@ -133,6 +133,11 @@ def parse_args(argv):
     ap.add_argument("--passkey-full", type=float, default=0.25,
                     help="share of the passkey rows that are one document of the row's length; "
                          "the others pack documents of log-uniform length")
+    ap.add_argument("--key-digits", default="5:5",
+                    help="MIN:MAX digits of the training keys (the evaluation's keys have 5). "
+                         "With 4:7 the model retrieves the digits but, not having learned to "
+                         "end the answer where the needle's key ends, goes on with a digit "
+                         "(scored wrong)")
     ap.add_argument("--passkey-min", type=int, default=64,
                     help="shortest packed passkey document, in tokens")
     ap.add_argument("--repeat-frac", type=float, default=0.1,
@@ -148,7 +153,7 @@ def parse_args(argv):
     ap.add_argument("--induct-digits", type=float, default=0.5,
                     help="share of the random spans drawn from the ten digit tokens (the "
                          "others from the whole vocabulary)")
-    ap.add_argument("--copy-minutes", type=float, default=2.0,
+    ap.add_argument("--copy-minutes", type=float, default=0.0,
                     help="a first phase of at most this long on induction rows alone at "
                          "--copy-length, loss on the copies, until the induction circuit forms "
                          "(0: none); counted in --minutes")
@@ -196,6 +201,13 @@ def parse_args(argv):
         args.reserve_s = min(args.reserve_s, 10.0)
         args.copy_minutes = min(args.copy_minutes, 0.1)
         args.copy_length = min(args.copy_length, 128)
+    try:
+        lo, hi = (int(x) for x in args.key_digits.split(":"))
+    except ValueError:
+        raise SystemExit(f"--key-digits {args.key_digits}: expected MIN:MAX, e.g. 5:5")
+    if not 1 <= lo <= hi <= 9:
+        raise SystemExit(f"--key-digits {args.key_digits}: need 1 <= MIN <= MAX <= 9")
+    args.key_digits = (lo, hi)
     for name in ("copy_minutes", "copy_until", "copy_digits", "copy_lm_weight"):
         if getattr(args, name) < 0:
             raise SystemExit(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
@@ -696,7 +708,7 @@ def run(args, t_start: float) -> None:
                       repeat_frac=args.repeat_frac, passkey_min=args.passkey_min,
                       repeat_min=args.repeat_min, passkey_full=args.passkey_full,
                       induct_frac=args.induct_frac, induct_every=args.induct_every,
-                      induct_digits=args.induct_digits,
+                      induct_digits=args.induct_digits, key_digits=args.key_digits,
                       vocab_size=meta["vocab_size"])
     def probe(m, length):
         # Training-time passkey check on validation documents of the current
