@@ -195,8 +195,9 @@ int bench_main(int argc, char** argv) {
     ("group", po::value(&kv_group)->default_value(0), "quantization group G (0: each format's default)")
     ("residual", po::value(&kv_residual)->default_value(0), "kivi/specache window R (0: 64)")
     ("topk", po::value(&topk)->default_value(64), "specache: 16-bit rows fetched per layer and KV head")
-    ("specache-shared", po::bool_switch(&o.specache_shared),
-     "cuda, specache: a slot's real and speculative rows in one multi-query attention block (codes read once)")
+    ("specache-blocks", po::value(&o.specache_blocks)->default_value("auto"),
+     "cuda, specache: a slot's real and speculative rows in one multi-query attention block (shared: codes read "
+     "once), one block each (per-row), or auto (shared over a lane-order cache)")
     ("transfer-latency-us", po::value(&o.transfer_latency_us)->default_value(0),
      "specache (CPU): microseconds added to every gather, emulating a slower host-to-device link")
     ("packed-stages", po::value(&o.packed_stages)->default_value(0),
@@ -258,7 +259,10 @@ int bench_main(int argc, char** argv) {
     throw usage_error("--gpu-memory and --max-batch: the CUDA decode bench only (--device cuda)");
   if (o.max_batch && !vm["batch"].defaulted()) throw usage_error("--max-batch and --batch are exclusive");
   if (o.max_batch && o.kernels) throw usage_error("--max-batch: times decode steps, not --kernels");
-  if (o.specache_shared && device != "cuda") throw usage_error("--specache-shared: the CUDA decode bench only");
+  if (o.specache_blocks != "auto" && o.specache_blocks != "per-row" && o.specache_blocks != "shared")
+    throw usage_error("--specache-blocks: must be auto, per-row or shared, got '" + o.specache_blocks + "'");
+  if (!vm["specache-blocks"].defaulted() && device != "cuda")
+    throw usage_error("--specache-blocks: the CUDA decode bench only");
   o.contexts = parse_int_list("context", contexts);
   if (vm.count("model")) {
     o.model_dir = model_dir;

@@ -46,8 +46,9 @@ struct bench_options {
   // CUDA decode, specache: pinned host bytes for the 16-bit store (GiB).
   double host_memory_gib = 32;
   // CUDA decode, specache: a slot's real and speculative rows in one
-  // multi-query attention block (cuda_forward_options::specache_shared_blocks).
-  bool specache_shared = false;
+  // multi-query attention block or one each: "auto", "per-row" or "shared"
+  // (cuda_forward_options::specache_blocks).
+  std::string specache_blocks = "auto";
   // CUDA decode: instead of --batch, the largest batch of each mode that fits
   // the budget, and the throughput there.
   bool max_batch = false;

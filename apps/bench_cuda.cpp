@@ -468,7 +468,10 @@ bench_report run_cuda_bench(const bench_options& o) {
       // SpeCache: the host store, as long as --host-memory allows (positions
       // alias modulo a shorter store beyond that: the same rows' bytes move).
       fo.specache_fetch = true;
-      fo.specache_shared_blocks = o.specache_shared;
+      using choice = cuda_forward_options::specache_block_choice;
+      fo.specache_blocks = o.specache_blocks == "shared"    ? choice::shared
+                           : o.specache_blocks == "per-row" ? choice::per_row
+                                                            : choice::automatic;
       const double per_token = double(cuda_forward::specache_host_bytes(c, fo)) / double(fo.max_context);
       fo.specache_store_tokens =
           std::max<std::int64_t>(1, std::min<std::int64_t>(fo.max_context, std::int64_t(o.host_memory_gib * gib / per_token)));
@@ -578,7 +581,7 @@ bench_report run_cuda_bench(const bench_options& o) {
           how += ", attention splits " + std::to_string(splits) + " (" + std::to_string(bps) + " blocks/SM)";
         } else {
           how += std::string(", packed attention ") +
-                 (fo.packed_lane_order && !mode.speculative() ? "v4 (lane order" : "v3 (cpu order, lean smem, combine 1") +
+                 (fwd.packed_lane_order() ? "v4 (lane order" : "v3 (cpu order, lean smem, combine 1") +
                  ", >= 16 tiles/split), " +
                  (fo.packed_stages > 0 ? std::to_string(fo.packed_stages) : std::string("per-format")) + " stages";
         }
@@ -601,7 +604,9 @@ bench_report run_cuda_bench(const bench_options& o) {
           // the link, and the pinned store.
           const double steps = double(o.warmup + o.repeats);
           link_bytes = double(fwd.specache_rows_fetched() - fetched_before) / steps * double(4 * c.head_dim);
-          how += ", " + std::string(output ? "output prefetch (fetch waited for)" : "speculative prefetch (2 rows/seq)") +
+          how += ", " + std::string(output ? "output prefetch (fetch waited for)"
+                                        : fwd.specache_shared_blocks() ? "speculative prefetch (2 rows/seq, one block)"
+                                                                       : "speculative prefetch (2 rows/seq, a block each)") +
                  ", top-k " + std::to_string(mode.topk) + ": " + fixed(link_bytes / double(1 << 20), 2) +
                  " MiB fetched per step (" + fixed(link_bytes / 55e9 * 1e3, 3) + " ms at 55 GB/s), host store " +
                  fixed(double(fwd.specache_host_bytes()) / gib, 2) + " GiB (" +

@@ -129,6 +129,8 @@ std::pair<std::int64_t, std::int64_t> cuda_forward::specache_hits() const { retu
 std::vector<cuda_forward::gpu_span> cuda_forward::specache_timeline() const { return {}; }
 void cuda_forward::specache_plan_and_fetch() {}
 std::int64_t cuda_forward::specache_rows_fetched() const { return 0; }
+bool cuda_forward::packed_lane_order() const { return false; }
+bool cuda_forward::specache_shared_blocks() const { return false; }
 void cuda_forward::select(const sampling_params&, std::uint64_t, std::span<std::int32_t>, std::int64_t, std::int64_t) {}
 void cuda_forward::fill_random_kv(int, std::int64_t, std::uint64_t) {}
 void cuda_forward::synchronize() const {}
@@ -272,6 +274,10 @@ void cuda_forward::set_draft_weights(bool draft) {
 }
 
 bool cuda_forward::draft_weights() const { return impl_->draft; }
+bool cuda_forward::packed_lane_order() const {
+  return impl_->shape && impl_->packed_order() == kc::packed_order::lane;
+}
+bool cuda_forward::specache_shared_blocks() const { return impl_->shape && impl_->specache_shares_blocks(); }
 
 void cuda_forward::select(const sampling_params& p, std::uint64_t counter, std::span<std::int32_t> out,
                           std::int64_t first_row, std::int64_t rows) {

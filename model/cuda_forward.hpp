@@ -115,10 +115,16 @@ struct cuda_forward_options {
   // cannot pin a store for every sequence's context alias positions modulo a
   // smaller one (the fetched bytes and their scatter are the same).
   std::int64_t specache_store_tokens = -1;
-  // Run a slot's real and speculative rows in one multi-query attention
-  // block (codes loaded once for both). Off by default: at 1-2 bits the
-  // attention is issue-bound and the 8-column block is slower.
-  bool specache_shared_blocks = false;
+  // A slot's real and speculative rows: one attention block each, or both
+  // in one multi-query block (codes loaded once for both). automatic: shared
+  // over a lane-order cache (packed attention v4, whose MMAs have 8 query
+  // columns and use GQA-group of them per row: the second row fills the
+  // idle ones; llama3-8b 32k on the H200, batch 8: 12.3 ms a step against
+  // 15.6, batch 79: 77 against 112), one per row over the cpu order (v3,
+  // where the 8-column block measured slower at 1-2 bits).
+  // kernels/cuda/NOTES.md, "SpeCache on the GPU".
+  enum class specache_block_choice { automatic, per_row, shared };
+  specache_block_choice specache_blocks = specache_block_choice::automatic;
   // Measure the top-k hit rate: each real row also writes its scores, and
   // per layer its own top-k (from this step's attention, fetched rows exact,
   // the rest low-bit) is counted against the rows fetched for it
@@ -241,6 +247,11 @@ class cuda_forward {
   // 16-bit rows fetched so far (every layer and KV head; 2 * head_dim * 2
   // bytes each), counted from the top-k sizes the steps asked for.
   std::int64_t specache_rows_fetched() const;
+  // What the options resolved to for this model: the packed cache in lane
+  // order (packed attention v4), and SpeCache's two rows of a slot in one
+  // attention block (specache_blocks).
+  bool packed_lane_order() const;
+  bool specache_shared_blocks() const;
 
   // Picks one token per row of the last forward's logits on the device (one
   // row after prefill, `batch` rows after decode, batch * n after extend):

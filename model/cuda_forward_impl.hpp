@@ -207,6 +207,14 @@ struct cuda_forward::impl {
     const bool lane = opt.packed_lane_order && c.head_dim == kc::lane_order::head_dim && shape->layout.group >= 32;
     return lane ? kc::packed_order::lane : kc::packed_order::cpu;
   }
+  // Whether a SpeCache step runs a slot's two rows in one block
+  // (cuda_forward_options::specache_blocks; needs room for 2 x GQA columns).
+  bool specache_shares_blocks() const {
+    using choice = cuda_forward_options::specache_block_choice;
+    if (opt.specache_blocks == choice::per_row) return false;
+    if (kc::packed_attention_max_queries(int(c.num_attention_heads / c.num_key_value_heads)) < 2) return false;
+    return opt.specache_blocks == choice::shared || packed_order() == kc::packed_order::lane;
+  }
   kc::packed_cache_view view(int l) const {
     const auto& s = *shape;
     const auto o = offsets();

@@ -393,13 +393,9 @@ void cuda_forward::impl::spec_forward(spec_phase ph, const char* who, std::span<
   spec->real = int(b);
   store_entries = ph == spec_phase::predecode ? 0 : int(b);  // a predecode's row is not kept
   store_max_rows = 1;
-  // The real and the speculative row of a slot could share one multi-query
-  // attention block (each code loaded once for both), but at 1 bit the
-  // attention is bound by instruction issue, not bytes, and the 8-column
-  // block measured slower on the H200 (llama3-8b 32k, per layer: 147 us
-  // against 97 at batch 1, 691 against 459 at batch 8); so two blocks unless
-  // asked (specache_shared_blocks). kernels/cuda/NOTES.md, "SpeCache on the GPU".
-  if (opt.specache_shared_blocks && two && kc::packed_attention_max_queries(int(c.num_attention_heads / c.num_key_value_heads)) >= 2) {
+  // The real and the speculative row of a slot in one multi-query attention
+  // block (cuda_forward_options::specache_blocks says when).
+  if (two && specache_shares_blocks()) {
     step_blocks = int(b);
     step_max_queries = 2;
   }

@@ -660,8 +660,24 @@ TEST_F(cuda_packed_attention, rejects_bad_arguments) {
   // Lane order (v4): head_dim 128 only; replaced rows and raw scores need their arrays.
   a.n_heads = 8;
   a.cache.order = kc::packed_order::lane;
+  // Every required array present (never read: the checks run before any
+  // launch), so that each check below is the one that fails.
+  alignas(16) static std::uint8_t blob[64] = {};
+  a.q = reinterpret_cast<const std::uint16_t*>(blob);
+  a.partial = reinterpret_cast<float*>(blob);
+  a.out_f32 = reinterpret_cast<float*>(blob);
+  a.entry_slot = a.entry_quant = a.entry_len = reinterpret_cast<const std::int32_t*>(blob);
+  a.cache.k_codes = a.cache.v_codes = blob;
+  a.cache.k_scale = a.cache.k_zero = a.cache.v_scale = a.cache.v_zero = reinterpret_cast<const std::uint16_t*>(blob);
+  a.cache.win_k = a.cache.win_v = reinterpret_cast<const std::uint16_t*>(blob);
+  a.cache.win_cap = 1;
   a.cache.head_dim = 64;
-  EXPECT_THROW(kc::packed_attention(a, nullptr), std::invalid_argument);
+  try {
+    kc::packed_attention(a, nullptr);
+    ADD_FAILURE() << "lane order with head_dim 64 was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("head_dim"), std::string::npos) << e.what();
+  }
   a.cache.head_dim = 128;
   const std::int32_t dummy = 0;
   a.rows.positions = &dummy;
@@ -674,7 +690,12 @@ TEST_F(cuda_packed_attention, rejects_bad_arguments) {
   a.rows.positions = nullptr;
   float sc = 0.f;
   a.scores = &sc;
-  EXPECT_THROW(kc::packed_attention(a, nullptr), std::invalid_argument);
+  try {
+    kc::packed_attention(a, nullptr);
+    ADD_FAILURE() << "raw scores without entry rows were accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("scores need"), std::string::npos) << e.what();
+  }
 }
 #endif
 

@@ -102,11 +102,18 @@ spec_run run_specache(cuda_forward& fwd, int slot, const std::vector<std::int32_
   return r;
 }
 
+using block_choice = cuda_forward_options::specache_block_choice;
+
 // With top-k covering the context, every row the attention reads is
 // exact: the logits are the full cache's (lane_order: the low-bit copy in
-// lane order, read by the packed attention v4).
-double check_topk_covering(const model_config& c, bool lane_order, double tol) {
-  SCOPED_TRACE(lane_order ? "lane order (v4)" : "cpu order (v3)");
+// lane order, read by the packed attention v4; blocks: a slot's two rows in
+// one attention block or one each).
+double check_topk_covering(const model_config& c, bool lane_order, double tol,
+                           block_choice blocks = block_choice::automatic) {
+  SCOPED_TRACE(std::string(lane_order ? "lane order (v4)" : "cpu order (v3)") +
+               (blocks == block_choice::shared    ? ", shared blocks"
+                : blocks == block_choice::per_row ? ", a block per row"
+                                                  : ", automatic blocks"));
   double worst = 0;
   const auto m = test::random_weights(c, 17, 0.1f, dtype::bf16);
   cuda_model gm(c, m.w);
@@ -125,7 +132,12 @@ double check_topk_covering(const model_config& c, bool lane_order, double tol) {
       o.kv = specache_mode(int(cap), output);
       o.specache_fetch = true;
       o.packed_lane_order = lane_order;
+      o.specache_blocks = blocks;
       cuda_forward fwd(gm, o);
+      const bool lane = c.head_dim == 128 && lane_order;
+      EXPECT_EQ(fwd.packed_lane_order(), lane);
+      EXPECT_EQ(fwd.specache_shared_blocks(),
+                blocks == block_choice::shared || (blocks == block_choice::automatic && lane));
       const auto got = run_specache(fwd, 0, prompt, forced, output);
       if (got.logits.size() != want.size()) {
         ADD_FAILURE() << got.logits.size() << " rows of logits, expected " << want.size();
@@ -177,9 +189,18 @@ TEST_F(cuda_specache, topk_covering_the_context_matches_the_full_cache) {
   c.num_attention_heads = 4;
   c.num_key_value_heads = 2;
   c.head_dim = 128;
-  for (const bool lane : {false, true}) {
-    const double worst = check_topk_covering(c, lane, 2e-2);
-    std::printf("head_dim 128, %s order: worst logits error %.4g\n", lane ? "lane" : "cpu", worst);
+  // Lane order resolves to shared blocks (automatic); a block per row and
+  // shared blocks over the cpu order are the other two paths.
+  const std::pair<bool, block_choice> runs[] = {
+      {false, block_choice::automatic}, {true, block_choice::automatic},
+      {true, block_choice::per_row}, {false, block_choice::shared}};
+  for (const auto& [lane, blocks] : runs) {
+    const double worst = check_topk_covering(c, lane, 2e-2, blocks);
+    std::printf("head_dim 128, %s order, %s: worst logits error %.4g\n", lane ? "lane" : "cpu",
+                blocks == block_choice::automatic ? "automatic blocks"
+                : blocks == block_choice::per_row ? "a block per row"
+                                                  : "shared blocks",
+                worst);
   }
 }
 
