@@ -40,7 +40,13 @@ def main() -> None:
         raw["rope_theta"] = rp["rope_theta"]
         if rp.get("rope_type", "default") != "default":
             raw["rope_scaling"] = {k: v for k, v in rp.items() if k != "rope_theta"}
-    cfg = LlamaConfig(**{k: v for k, v in raw.items() if k != "rope_parameters"})
+    if int(transformers.__version__.split(".")[0]) < 5:
+        raw.pop("rope_parameters", None)  # 4.x: read from rope_theta / rope_scaling above
+    cfg = LlamaConfig(**raw)
+    # The value the logits are computed with, whichever form the config took.
+    theta = (getattr(cfg, "rope_parameters", None) or {}).get("rope_theta", getattr(cfg, "rope_theta", None))
+    if rp and theta != rp["rope_theta"]:
+        raise SystemExit(f"LlamaConfig kept rope_theta {theta}, the checkpoint has {rp['rope_theta']}")
     cfg._attn_implementation = "eager"
     model = LlamaForCausalLM.from_pretrained(model_dir, config=cfg, torch_dtype=torch.float32).eval()
     tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
