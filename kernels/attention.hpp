@@ -29,8 +29,7 @@ struct attention_args {
 
 // Parallel over (block of 8 queries, KV head) tiles on `pool` (inline when
 // null); each query's result is the same whatever the tiling. Throws
-// std::invalid_argument when the heads do not divide, the GQA group exceeds 16
-// or len < pos0 + n.
+// std::invalid_argument when the heads do not divide or len < pos0 + n.
 void attention(const attention_args& a, thread_pool* pool = nullptr);
 
 }  // namespace specpipe::kernels::cpu

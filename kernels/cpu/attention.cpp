@@ -22,12 +22,11 @@ constexpr std::int64_t max_head_dim = 512;
 // read from memory once for all of them (and for every head of the GQA
 // group) instead of once per query, which is what bounds a long prefill.
 constexpr std::int64_t query_block = 8;
-constexpr std::int64_t max_group = 16;
 
 // The online-softmax state of one (query, head): the same arithmetic, in the
 // same order, whichever queries share its walk over the keys (so outputs are
-// bit-identical to a query walking alone). acc points into a per-thread
-// buffer of head_dim floats per state.
+// bit-identical to a query walking alone). acc points into the same
+// per-thread buffer, head_dim floats per state.
 struct query_state {
   float* acc;
   float running_max;
@@ -63,10 +62,11 @@ inline void attend_keys(const attention_args& a, const float* q, const float* k,
 void attend_tile(const attention_args& a, std::int64_t i0, std::int64_t i1, std::int64_t kv_head,
                  std::int64_t group, float scale) {
   const std::int64_t d = a.head_dim;
-  query_state states[query_block * max_group];
   const std::int64_t count = (i1 - i0) * group;
+  thread_local std::vector<query_state> states;
   thread_local std::vector<float> buffer;
-  if (buffer.size() < std::size_t(count * d)) buffer.resize(std::size_t(query_block * max_group * d));
+  if (states.size() < std::size_t(count)) states.resize(std::size_t(count));
+  if (buffer.size() < std::size_t(count * d)) buffer.resize(std::size_t(count * d));
   for (std::int64_t t = 0; t < count; ++t) {
     states[t].acc = buffer.data() + t * d;
     std::fill(states[t].acc, states[t].acc + d, 0.0f);
@@ -117,9 +117,6 @@ void attention(const attention_args& in_args, thread_pool* pool) {
   if (a.kv_stride == 0) a.kv_stride = a.n_kv_heads * a.head_dim;
   if (a.out_stride == 0) a.out_stride = a.n_heads * a.head_dim;
   const std::int64_t group = a.n_heads / a.n_kv_heads;
-  if (group > max_group)
-    throw std::invalid_argument("attention: GQA group " + std::to_string(group) + " exceeds " +
-                                std::to_string(max_group));
   const float scale = float(1.0 / std::sqrt(double(a.head_dim)));
   // Work items: (block of query_block queries, KV head), later blocks first
   // (they attend to more keys), so the pool's chunks end together.

@@ -85,7 +85,8 @@ INSTANTIATE_TEST_SUITE_P(
                       std::make_tuple(64, 8, 8, 5, 61),    // ratio 1, queries straddle a block edge
                       std::make_tuple(128, 8, 2, 3, 129),  // ratio 4, head_dim 128
                       std::make_tuple(128, 16, 2, 70, 0),  // ratio 8, prefill longer than a block
-                      std::make_tuple(24, 6, 3, 2, 5)));   // head_dim not a multiple of 8
+                      std::make_tuple(24, 6, 3, 2, 5),     // head_dim not a multiple of 8
+                      std::make_tuple(32, 32, 1, 11, 3))); // MQA: a group of 32, a partial tile of queries
 
 TEST(attention, uses_only_causal_prefix_and_strided_rows) {
   // K/V rows beyond pos0 + i for query i hold huge values: a causal bug shows.

@@ -104,16 +104,17 @@ spec_run run_specache(cuda_forward& fwd, int slot, const std::vector<std::int32_
 
 using block_choice = cuda_forward_options::specache_block_choice;
 
+const char* block_name(block_choice b) {
+  return b == block_choice::shared ? "shared blocks" : b == block_choice::per_row ? "a block per row" : "automatic blocks";
+}
+
 // With top-k covering the context, every row the attention reads is
 // exact: the logits are the full cache's (lane_order: the low-bit copy in
 // lane order, read by the packed attention v4; blocks: a slot's two rows in
 // one attention block or one each).
 double check_topk_covering(const model_config& c, bool lane_order, double tol,
                            block_choice blocks = block_choice::automatic) {
-  SCOPED_TRACE(std::string(lane_order ? "lane order (v4)" : "cpu order (v3)") +
-               (blocks == block_choice::shared    ? ", shared blocks"
-                : blocks == block_choice::per_row ? ", a block per row"
-                                                  : ", automatic blocks"));
+  SCOPED_TRACE(std::string(lane_order ? "lane order (v4)" : "cpu order (v3)") + ", " + block_name(blocks));
   double worst = 0;
   const auto m = test::random_weights(c, 17, 0.1f, dtype::bf16);
   cuda_model gm(c, m.w);
@@ -197,10 +198,7 @@ TEST_F(cuda_specache, topk_covering_the_context_matches_the_full_cache) {
   for (const auto& [lane, blocks] : runs) {
     const double worst = check_topk_covering(c, lane, 2e-2, blocks);
     std::printf("head_dim 128, %s order, %s: worst logits error %.4g\n", lane ? "lane" : "cpu",
-                blocks == block_choice::automatic ? "automatic blocks"
-                : blocks == block_choice::per_row ? "a block per row"
-                                                  : "shared blocks",
-                worst);
+                block_name(blocks), worst);
   }
 }
 
