@@ -67,7 +67,7 @@ struct cell_result {
 int eval_passkey_main(int argc, char** argv) {
   po::options_description desc("specpipe eval passkey flags");
   eval_common_flags common;
-  std::string lengths_flag = "1k,2k,4k,8k", depths_flag = "5", plot;
+  std::string lengths_flag = "1k,2k,4k,8k", depths_flag = "5", plot, documents_path;
   long long samples = 4, digits = 5;
   unsigned long long seed = 0;
   desc.add_options()("help,h", "show this help");
@@ -79,7 +79,10 @@ int eval_passkey_main(int argc, char** argv) {
     ("samples", po::value(&samples)->default_value(4), "documents per (length, depth) cell")
     ("seed", po::value(&seed)->default_value(0), "seed of the haystack windows and keys")
     ("digits", po::value(&digits)->default_value(5), "digits of the pass key")
-    ("plot", po::value(&plot), "write the accuracy heatmap (length x depth, one panel per mode) as SVG");
+    ("plot", po::value(&plot), "write the accuracy heatmap (length x depth, one panel per mode) as SVG")
+    ("documents", po::value(&documents_path),
+     "write every document as JSON Lines (prompt and answer ids, key, each mode's answer), to rerun them "
+     "elsewhere (tools/passkey_transformers.py)");
   po::variables_map vm;
   if (!parse_flags(argc, argv, desc, vm,
                    "usage: specpipe eval passkey --text FILE... [--lengths 1k,2k] [--depths 5] [--samples S] "
@@ -91,6 +94,7 @@ int eval_passkey_main(int argc, char** argv) {
   require_positive("samples", samples);
   if (digits < 1 || digits > 18) throw usage_error("--digits: must be in [1, 18], got " + std::to_string(digits));
   if (vm.count("plot")) check_output_path("plot", plot);
+  if (vm.count("documents")) check_output_path("documents", documents_path);
 
   const model m = model::load(resolve_model_dir(common.model));
   for (const auto n : lengths)
@@ -126,6 +130,9 @@ int eval_passkey_main(int argc, char** argv) {
   std::vector<std::vector<cell_result>> results(modes.size(), std::vector<cell_result>(cells));
   std::vector<std::optional<specache_stats>> spec(modes.size());
   boost::json::array examples;  // the first mode's answers, to see what the model says
+  // Every mode's answer to every document, for --documents.
+  std::vector<std::vector<std::vector<std::int32_t>>> answers(modes.size(),
+                                                              std::vector<std::vector<std::int32_t>>(docs.size()));
   std::vector<float> logits(std::size_t(m.config.vocab_size));
   for (std::size_t mi = 0; mi < modes.size(); ++mi) {
     for (std::size_t d = 0; d < docs.size(); ++d) {
@@ -148,6 +155,7 @@ int eval_passkey_main(int argc, char** argv) {
       }
       const std::string text = m.tok.decode(generated);
       const bool ok = passkey_correct(text, doc.key);
+      answers[mi][d] = generated;
       auto& cell = results[mi][d / std::size_t(samples)];
       cell.correct += ok;
       ++cell.samples;
@@ -207,6 +215,37 @@ int eval_passkey_main(int argc, char** argv) {
   if (vm.count("plot"))
     write_text_file(plot, render_heatmap_svg(panels, "passkey retrieval accuracy (" + m.dir.filename().string() +
                                                          ", " + std::to_string(samples) + " per cell)"));
+  if (vm.count("documents")) {
+    // One line per document: what it was built from, its ids, and what each mode answered.
+    std::string lines;
+    const auto ids_json = [](const std::vector<std::int32_t>& ids) {
+      boost::json::array a;
+      a.reserve(ids.size());
+      for (const auto t : ids) a.push_back(t);
+      return a;
+    };
+    for (std::size_t d = 0; d < docs.size(); ++d) {
+      const auto& doc = docs[d];
+      const std::size_t cell = d / std::size_t(samples);
+      boost::json::object modes_json;
+      for (std::size_t mi = 0; mi < modes.size(); ++mi) {
+        const std::string text = m.tok.decode(answers[mi][d]);
+        modes_json[modes[mi].label()] = {
+            {"ids", ids_json(answers[mi][d])}, {"text", text}, {"correct", passkey_correct(text, doc.key)}};
+      }
+      const boost::json::object line{{"length", lengths[cell / depths.size()]},
+                                     {"depth", doc.depth},
+                                     {"sample", std::int64_t(d % std::size_t(samples))},
+                                     {"key", doc.key},
+                                     {"needle_at", doc.needle_at},
+                                     {"prompt_ids", ids_json(doc.prompt)},
+                                     {"answer_ids", ids_json(doc.answer)},
+                                     {"answers", std::move(modes_json)}};
+      lines += boost::json::serialize(line);
+      lines += "\n";
+    }
+    write_text_file(documents_path, lines);
+  }
   if (vm.count("json")) {
     boost::json::array len_json, depth_json;
     for (const auto n : lengths) len_json.push_back(n);

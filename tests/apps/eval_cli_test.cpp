@@ -103,7 +103,8 @@ TEST_F(EvalCli, QuantizedModesDivergeAsExpected) {
 
 TEST_F(EvalCli, PasskeyJsonAndHeatmap) {
   const auto r = run_specpipe("eval passkey " + text_flag() + " --lengths 256,512 --depths 2 --samples 2 --kv full "
-                              "--json '" + out("pk.json").string() + "' --plot '" + out("pk.svg").string() + "'");
+                              "--json '" + out("pk.json").string() + "' --plot '" + out("pk.svg").string() +
+                              "' --documents '" + out("pk.jsonl").string() + "'");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("d=0%"));
   EXPECT_THAT(r.out, HasSubstr("d=100%"));
@@ -132,6 +133,27 @@ TEST_F(EvalCli, PasskeyJsonAndHeatmap) {
   for (auto at = svg.find("<rect class=\"cell\""); at != std::string::npos; at = svg.find("<rect class=\"cell\"", at + 1))
     ++n;
   EXPECT_EQ(n, 4u);
+
+  // --documents: one JSON line per document, enough to rerun it elsewhere.
+  std::istringstream lines(slurp(out("pk.jsonl")));
+  std::string line;
+  std::int64_t docs = 0, docs_correct = 0;
+  while (std::getline(lines, line)) {
+    const auto d = boost::json::parse(line).as_object();
+    const auto length = d.at("length").as_int64();
+    EXPECT_TRUE(length == 256 || length == 512) << line.substr(0, 80);
+    const auto prompt = d.at("prompt_ids").as_array().size(), answer = d.at("answer_ids").as_array().size();
+    EXPECT_EQ(std::int64_t(prompt + answer + 1), length);
+    const auto needle_at = d.at("needle_at").as_int64();
+    EXPECT_GE(needle_at, 1);
+    EXPECT_LT(needle_at, std::int64_t(prompt));
+    const auto& full = d.at("answers").at("full").as_object();
+    EXPECT_LE(full.at("ids").as_array().size(), answer + 1);
+    docs_correct += full.at("correct").as_bool();
+    ++docs;
+  }
+  EXPECT_EQ(docs, 8);
+  EXPECT_EQ(docs_correct, correct);
 }
 
 TEST_F(EvalCli, BadFlagsAreUsageErrors) {
@@ -159,6 +181,7 @@ TEST_F(EvalCli, BadFlagsAreUsageErrors) {
       {"eval passkey " + t + " --depths 0.5,1.5", "--depths"},
       {"eval passkey " + t + " --samples 0", "--samples"},
       {"eval passkey " + t + " --no-such-flag", "no-such-flag"},
+      {"eval passkey " + t + " --documents /nonexistent/dir/d.jsonl", "--documents"},
       {"eval", "missing"},
       {"eval frobnicate", "unknown kind"},
   };
