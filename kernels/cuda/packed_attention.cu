@@ -35,6 +35,7 @@
 #include "kernels/cuda/packed_combine.hpp"
 #include "kernels/cuda/packed_fragments.hpp"
 #include "kernels/cuda/packed_mma.cuh"
+#include "kernels/cuda/packed_split.cuh"
 #include "kernels/cuda/vec.cuh"
 
 namespace specpipe::kernels::cuda {
@@ -106,48 +107,21 @@ __global__ void __launch_bounds__(threads, 4) packed_attention_kernel(packed_att
   // The block's query rows: entry e alone, or entries e .. e + nqry - 1 of
   // one sequence (packed_attention_args::block_first). Column h of the
   // block is query head h % gq of entry e + h / gq; ncols of them are real.
-  const bool multi = a.block_first != nullptr;
-  const int e = multi ? a.block_first[blockIdx.z] : int(blockIdx.z);
-  const int nqry = multi ? a.block_count[blockIdx.z] : 1;
-  const int ncols = nqry * gq;
-  auto col_bh = [&](int h) {
-    const int qi = h / gq;
-    return std::int64_t(e + qi) * a.n_heads + std::int64_t(kh) * gq + (h - qi * gq);
-  };
+  const detail::packed_block blk = detail::packed_block_of<tile_tokens>(a, gq, split);
+  const int e = blk.e, ncols = blk.ncols;
   __shared__ int clen_s[HEADS];  // positions each column attends (0: not a real column)
   if (tid < HEADS) clen_s[tid] = tid < ncols ? a.entry_len[e + tid / gq] : 0;
-
-  const int slot = a.entry_slot[e];
-  const int len = a.entry_len[e + nqry - 1];  // the longest row sets the tiles
-  const int nq = min(a.entry_quant[e], len);  // packed positions attended
-  const int ptiles = (nq + tile_tokens - 1) / tile_tokens;
-  const int tiles = ptiles + (len - nq + tile_tokens - 1) / tile_tokens;
-  const int eff = min(a.splits, tiles);
-  const int chunk = (tiles + eff - 1) / eff;
-  const int first = split * chunk;
-  const int last = min(tiles, first + chunk);
-
-  float* part_o = a.partial;
-  float* part_ml = a.partial + std::int64_t(a.entries) * a.n_heads * a.splits * D;
-  if (first >= last) {
-    if (tid < ncols) {
-      part_ml[(col_bh(tid) * a.splits + split) * 2 + 0] = -INFINITY;
-      part_ml[(col_bh(tid) * a.splits + split) * 2 + 1] = 0.f;
-    }
+  if (blk.first >= blk.last) {
+    detail::write_empty_split<D>(a, blk, gq, kh, split, tid);
     return;
   }
+  const int slot = blk.slot, len = blk.len, nq = blk.nq, ptiles = blk.ptiles, first = blk.first, last = blk.last;
 
-  const std::int64_t run = std::int64_t(slot) * nkv + kh;
-  const unsigned char* kc_g = c.k_codes + run * c.k_run;
-  const unsigned char* kl_g = LOWER ? c.k_lower + run * c.k_run : nullptr;
-  const std::uint16_t* ks_g = c.k_scale + run * c.ks_run;
-  const std::uint16_t* kz_g = c.k_zero + run * c.ks_run;
-  const unsigned char* vc_g = c.v_codes + run * c.v_run;
-  const unsigned char* vl_g = LOWER ? c.v_lower + run * c.v_run : nullptr;
-  const std::uint16_t* vs_g = c.v_scale + run * c.vs_run;
-  const std::uint16_t* vz_g = c.v_zero + run * c.vs_run;
-  const bf16* wk_g = reinterpret_cast<const bf16*>(c.win_k) + run * c.win_cap * D;
-  const bf16* wv_g = reinterpret_cast<const bf16*>(c.win_v) + run * c.win_cap * D;
+  const detail::packed_run r = detail::packed_run_of<LOWER>(c, slot, kh);
+  const unsigned char *kc_g = r.k_codes, *kl_g = r.k_lower, *vc_g = r.v_codes, *vl_g = r.v_lower;
+  const std::uint16_t *ks_g = r.k_scale, *kz_g = r.k_zero, *vs_g = r.v_scale, *vz_g = r.v_zero;
+  const bf16* wk_g = reinterpret_cast<const bf16*>(r.win_k);
+  const bf16* wv_g = reinterpret_cast<const bf16*>(r.win_v);
   const int ngroups = sh.ngroups;
 
   auto copy16 = [&](unsigned char* dst, const void* src, int bytes) {
@@ -699,29 +673,8 @@ __global__ void __launch_bounds__(threads, 4) packed_attention_kernel(packed_att
       }
   }
   __syncthreads();
-  for (int idx = tid; idx < ncols * D; idx += threads) {
-    const int h = idx / D, ch = idx - h * D;
-    float m = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < warps; ++w)
-      if (ml_s[(w * HEADS + h) * 2 + 1] > 0.f) m = fmaxf(m, ml_s[(w * HEADS + h) * 2]);
-    float num = 0.f, den = 0.f;
-#pragma unroll
-    for (int w = 0; w < warps; ++w) {
-      const float l = ml_s[(w * HEADS + h) * 2 + 1];
-      if (l > 0.f) {
-        const float wt = exp2f(ml_s[(w * HEADS + h) * 2] - m);
-        num = fmaf(wt, fin[(w * HEADS + h) * D + ch], num);
-        den = fmaf(wt, l, den);
-      }
-    }
-    const std::int64_t bh = col_bh(h);
-    part_o[(bh * a.splits + split) * D + ch] = num / den;
-    if (ch == 0) {
-      part_ml[(bh * a.splits + split) * 2 + 0] = m;
-      part_ml[(bh * a.splits + split) * 2 + 1] = den;
-    }
-  }
+  detail::write_split_partials<D, warps>(
+      a, blk, gq, kh, split, ml_s, HEADS, [&](int w, int h) { return fin + (w * HEADS + h) * D; }, tid, threads);
 }
 
 using kernel_fn = void (*)(packed_attention_args, launch_shape);
