@@ -7,8 +7,10 @@
 
 #include <boost/json.hpp>
 
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <sstream>
 
@@ -27,7 +29,10 @@ using namespace std::chrono_literals;
 
 // Runs the fake's entries one by one but reports the decode entries of a
 // call as one forward (shared start and end), and fails the decode entries
-// of `fail_seq` from its `fail_at`-th decode on.
+// of `fail_seq` from its `fail_at`-th decode on. Its first call waits until
+// the test opens the gate (after sending every request), so the requests
+// share steps however the threads are scheduled: without it a loaded
+// machine could finish a request before the next one reached the scheduler.
 class batching_compute final : public step_compute {
  public:
   explicit batching_compute(seq_id fail_seq = 0, int fail_at = -1)
@@ -36,6 +41,10 @@ class batching_compute final : public step_compute {
   compute_shape shape() const override { return inner_.shape(); }
   void run(const step_entry& e, step_output& out) override { inner_.run(e, out); }
   void run_batch(std::span<const step_entry> entries, std::span<step_output> outs) override {
+    {
+      std::unique_lock lock(gate_mu_);
+      gate_cv_.wait_for(lock, 10s, [&] { return open_; });
+    }
     const double t0 = trace_now_us();
     int decodes = 0;
     for (std::size_t i = 0; i < entries.size(); ++i) {
@@ -64,6 +73,14 @@ class batching_compute final : public step_compute {
   std::int64_t sequences() const override { return inner_.sequences(); }
   std::int64_t cache_bytes() const override { return inner_.cache_bytes(); }
 
+  void open_gate() {
+    {
+      std::lock_guard lock(gate_mu_);
+      open_ = true;
+    }
+    gate_cv_.notify_all();
+  }
+
   int most_decodes() const {
     std::lock_guard lock(mu_);
     return most_decodes_;
@@ -77,6 +94,9 @@ class batching_compute final : public step_compute {
   mutable std::mutex mu_;
   std::vector<int> calls_;
   int most_decodes_ = 0;
+  std::mutex gate_mu_;
+  std::condition_variable gate_cv_;
+  bool open_ = false;
 };
 
 pipeline_options options_of(const std::filesystem::path& trace = {}) {
@@ -94,11 +114,13 @@ struct outcome {
   std::string error;
 };
 
-std::vector<outcome> run_all(caf::actor_system& sys, const pipeline& p, int n, int max_tokens) {
+std::vector<outcome> run_all(caf::actor_system& sys, const pipeline& p, batching_compute& compute, int n,
+                             int max_tokens) {
   caf::scoped_actor self{sys};
   for (int i = 0; i < n; ++i)
     self->send(caf::actor_cast<caf::actor>(p.scheduler()), generate_atom_v, std::uint64_t(i + 1),
                request_of({std::int32_t(3 * i + 1)}, max_tokens), caf::actor{});
+  compute.open_gate();
   std::vector<outcome> out;
   int got = 0;
   self->receive_for(got, n)(
@@ -119,7 +141,7 @@ TEST(WorkerBatch, EveryEntryOfAStepReachesTheComputeInOneCall) {
   actor_runtime rt;
   auto compute = std::make_shared<batching_compute>();
   pipeline p(rt.system(), {compute}, options_of());
-  const auto out = run_all(rt.system(), p, 3, 12);
+  const auto out = run_all(rt.system(), p, *compute, 3, 12);
   ASSERT_EQ(out.size(), 3u);
   for (const auto& o : out) {
     ASSERT_TRUE(o.ok) << o.error;
@@ -132,7 +154,7 @@ TEST(WorkerBatch, AFailedEntryFailsOnlyItsOwnRequest) {
   actor_runtime rt;
   auto compute = std::make_shared<batching_compute>(2, 3);  // request 2 fails at its 4th decode
   pipeline p(rt.system(), {compute}, options_of());
-  const auto out = run_all(rt.system(), p, 3, 12);
+  const auto out = run_all(rt.system(), p, *compute, 3, 12);
   ASSERT_EQ(out.size(), 3u);
   int failed = 0;
   for (const auto& o : out) {
@@ -156,8 +178,9 @@ TEST(WorkerBatch, TheTraceHasOneSpanPerBatchedForward) {
                      ".json");
   {
     actor_runtime rt;
-    pipeline p(rt.system(), {std::make_shared<batching_compute>()}, options_of(path));
-    for (const auto& o : run_all(rt.system(), p, 3, 8)) ASSERT_TRUE(o.ok) << o.error;
+    auto compute = std::make_shared<batching_compute>();
+    pipeline p(rt.system(), {compute}, options_of(path));
+    for (const auto& o : run_all(rt.system(), p, *compute, 3, 8)) ASSERT_TRUE(o.ok) << o.error;
     p.flush_trace();
   }
   std::ifstream in(path);
