@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "apps/bench.hpp"
 #include "apps/cli_support.hpp"
@@ -94,6 +95,40 @@ struct int4_codes {
     return g;
   }
 };
+
+// One eager SpeCache step with its timeline (events around every layer's
+// compute, top-k and fetch): where the time of a speculative step goes, as
+// "; one eager step: ..." for the bench line. The fetch's share inside the
+// layers' spans is what really overlapped, and its total against the
+// "alone" figure says whether it ran slower beside the compute.
+std::string timeline_summary(cuda_forward& fwd, std::span<const int> slots, std::span<const std::int32_t> toks,
+                             std::span<const std::int32_t> spec_toks) {
+  fwd.specache_set_timeline(true);
+  fwd.specache_step(slots, toks, spec_toks);
+  const auto spans = fwd.specache_timeline();
+  fwd.specache_set_timeline(false);
+  double layers = 0, topk = 0, fetch = 0, fetch_inside = 0, last_layer = 0, last_fetch = 0;
+  for (const auto& sp : spans) {
+    const double d = sp.end_ms - sp.start_ms;
+    const std::string_view name = sp.name;
+    if (name == "layer") {
+      layers += d;
+      last_layer = std::max(last_layer, sp.end_ms);
+    } else if (name == "top-k") {
+      topk += d;
+    } else if (name == "fetch") {
+      fetch += d;
+      last_fetch = std::max(last_fetch, sp.end_ms);
+      for (const auto& ly : spans)
+        if (std::string_view(ly.name) == "layer")
+          fetch_inside += std::max(0.0, std::min(sp.end_ms, ly.end_ms) - std::max(sp.start_ms, ly.start_ms));
+    }
+  }
+  return "; one eager step: layers " + fixed(layers, 3) + " ms, top-k " + fixed(topk, 3) + " ms, fetch " +
+         fixed(fetch, 3) + " ms (" + fixed(fetch > 0 ? 100 * fetch_inside / fetch : 0, 0) +
+         "% of it beside a layer), the last fetch ends " + fixed(last_fetch - last_layer, 3) +
+         " ms after the last layer";
+}
 
 // The batch-1 GEMVs of one llama3-8b layer, as the decode step runs them,
 // per GEMV variant (loads in flight x k-split): each projection alone, the
@@ -590,6 +625,7 @@ bench_report run_cuda_bench(const bench_options& o) {
         // the share of the fetch the step hides is 1 - (step - step without
         // fetch) / fetch alone.
         double hidden = -1, alone_ms = 0, bare_ms = 0;
+        std::string timeline;
         if (spec && !output) {
           fwd.specache_set_fetch(false);
           bare_ms = time_events(fwd.stream(), o.warmup, o.repeats, [&] { fwd.specache_step(slots, toks, spec_toks); })
@@ -597,6 +633,7 @@ bench_report run_cuda_bench(const bench_options& o) {
           fwd.specache_set_fetch(true);
           alone_ms = time_events(fwd.stream(), o.warmup, o.repeats, [&] { fwd.specache_plan_and_fetch(); }).median;
           hidden = std::clamp(1.0 - (t.median - bare_ms) / alone_ms, 0.0, 1.0);
+          timeline = timeline_summary(fwd, slots, toks, spec_toks);
         }
         double link_bytes = 0;
         if (spec) {
@@ -616,7 +653,7 @@ bench_report run_cuda_bench(const bench_options& o) {
                       : std::string());
           if (hidden >= 0)
             how += "; top-k + fetch alone " + fixed(alone_ms, 3) + " ms, step without them " + fixed(bare_ms, 3) +
-                   " ms: " + fixed(100 * hidden, 0) + "% of the fetch hidden";
+                   " ms: " + fixed(100 * hidden, 0) + "% of the fetch hidden" + timeline;
         }
         if (o.max_batch) {
           how = "max batch under " + fixed(budget / gib, 1) + " GiB; per sequence on the GPU " +

@@ -125,6 +125,7 @@ void cuda_forward::specache_step(std::span<const int>, std::span<const std::int3
 void cuda_forward::specache_output_step(std::span<const int>, std::span<const std::int32_t>, std::span<float>) {}
 std::size_t cuda_forward::specache_host_bytes() const { return 0; }
 void cuda_forward::specache_set_fetch(bool) {}
+void cuda_forward::specache_set_timeline(bool) {}
 std::pair<std::int64_t, std::int64_t> cuda_forward::specache_hits() const { return {0, 0}; }
 std::vector<cuda_forward::gpu_span> cuda_forward::specache_timeline() const { return {}; }
 void cuda_forward::specache_plan_and_fetch() {}

@@ -226,6 +226,9 @@ class cuda_forward {
   // and its fetch), to say how much of it a normal step hides.
   void specache_set_fetch(bool on);
   void specache_plan_and_fetch();
+  // Turns the timeline on or off for the next steps (as the option does at
+  // construction): benchmarks time one eager step with it after the graphs.
+  void specache_set_timeline(bool on);
   // With specache_timeline: the last SpeCache step's GPU spans, in ms from
   // the step's start on the device (waits for the step).
   struct gpu_span {

@@ -448,6 +448,14 @@ void cuda_forward::specache_set_fetch(bool on) {
   impl_->spec->fetch = on;
 }
 
+void cuda_forward::specache_set_timeline(bool on) {
+  auto& s = *impl_;
+  if (!s.spec) throw std::logic_error("cuda_forward::specache_set_timeline: no SpeCache cache");
+  s.spec->tl.clear();
+  if (on) s.spec->tl.resize(1 + 6 * std::size_t(s.c.num_hidden_layers));
+  s.spec->timed = false;
+}
+
 void cuda_forward::specache_plan_and_fetch() {
   auto& s = *impl_;
   if (!s.spec || s.spec->real < 1)

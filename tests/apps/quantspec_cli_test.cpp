@@ -166,6 +166,7 @@ TEST(CacheBenchCli, CpuBenchRunsTheCacheModesThroughThePipeline) {
   EXPECT_THAT(gpu.out, HasSubstr("output prefetch"));
   EXPECT_THAT(gpu.out, HasSubstr("MiB fetched per step"));
   EXPECT_THAT(gpu.out, HasSubstr("of the fetch hidden"));
+  EXPECT_THAT(gpu.out, HasSubstr("; one eager step: layers "));  // the timeline's breakdown
   const auto bad = run_specpipe("bench --device cuda --preset tiny --kv specache --topk 4096");
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_THAT(bad.err, HasSubstr("--topk"));
