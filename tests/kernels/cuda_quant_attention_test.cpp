@@ -11,6 +11,7 @@
 
 #include "kernels/cuda_test_util.hpp"
 #include "kernels/quant_packed_fixture.hpp"
+#include "kernels/quant_format_cases.hpp"
 #include "kernels/quantized_attention.hpp"
 
 #ifdef SPECPIPE_HAVE_CUDA
@@ -25,19 +26,6 @@ class cuda_quant_attention : public cuda_test {};
 #ifdef SPECPIPE_HAVE_CUDA
 namespace kcpu = kernels::cpu;
 namespace kc = kernels::cuda;
-
-struct format_case {
-  const char* name;
-  kcpu::quant_rule rule;
-  int bits;
-  bool read_lower;
-};
-
-const format_case formats[] = {
-    {"kivi1", kcpu::quant_rule::rtn, 1, false},     {"kivi2", kcpu::quant_rule::rtn, 2, false},
-    {"kivi4", kcpu::quant_rule::rtn, 4, false},     {"specache1", kcpu::quant_rule::specache, 1, false},
-    {"hier_int4", kcpu::quant_rule::hier, 4, false}, {"hier_int8", kcpu::quant_rule::hier, 4, true},
-};
 
 template <class T>
 void append(std::vector<T>& dst, const std::vector<T>& src) {

@@ -35,6 +35,7 @@
 #include "kernels/cuda_test_util.hpp"
 #include "kernels/mixed_attention.hpp"
 #include "kernels/packed_device_layout.hpp"
+#include "kernels/quant_format_cases.hpp"
 #include "kernels/quantized_attention.hpp"
 
 #ifdef SPECPIPE_HAVE_CUDA
@@ -53,19 +54,6 @@ namespace kcpu = kernels::cpu;
 namespace kc = kernels::cuda;
 
 constexpr double tol = 5e-3;
-
-struct format_case {
-  const char* name;
-  kcpu::quant_rule rule;
-  int bits;
-  bool read_lower;
-};
-
-const format_case formats[] = {
-    {"kivi1", kcpu::quant_rule::rtn, 1, false},      {"kivi2", kcpu::quant_rule::rtn, 2, false},
-    {"kivi4", kcpu::quant_rule::rtn, 4, false},      {"specache1", kcpu::quant_rule::specache, 1, false},
-    {"hier_int4", kcpu::quant_rule::hier, 4, false}, {"hier_int8", kcpu::quant_rule::hier, 4, true},
-};
 
 struct slot_shape {
   std::int64_t groups, window;
