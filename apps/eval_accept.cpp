@@ -52,7 +52,7 @@ int eval_accept_main(int argc, char** argv) {
   eval_common_flags common;
   quantspec_flags qs;
   std::string gammas = "1,4,8", contexts = "2048";
-  long long tokens = 128, windows = 1, group = 0;
+  long long tokens = 128, windows = 1, group = 0, draft_weight_bits = 4, draft_kv_bits = 4;
   float temperature = 0;
   unsigned long long seed = 0;
   desc.add_options()("help,h", "show this help");
@@ -64,7 +64,11 @@ int eval_accept_main(int argc, char** argv) {
     ("windows", po::value(&windows)->default_value(1), "prefixes per text, spread evenly")
     ("group", po::value(&group)->default_value(0), "G of the hierarchical cache (default 128; its buffer holds 2G)")
     ("temperature", po::value(&temperature)->default_value(0.0f), "0: greedy verification; > 0: speculative sampling")
-    ("seed", po::value(&seed)->default_value(0), "sampling seed (temperature > 0)");
+    ("seed", po::value(&seed)->default_value(0), "sampling seed (temperature > 0)")
+    ("draft-weights", po::value(&draft_weight_bits)->default_value(4),
+     "ablation: 4 (the draft's 4-bit projections) or 16 (the target's): what the weights cost in acceptance")
+    ("draft-kv", po::value(&draft_kv_bits)->default_value(4),
+     "ablation: 4 (the draft reads INT4 KV) or 8 (the target's INT8 read): what the KV costs in acceptance");
   add_draft_flags(desc, qs);
   po::variables_map vm;
   if (!parse_flags(argc, argv, desc, vm,
@@ -80,6 +84,11 @@ int eval_accept_main(int argc, char** argv) {
   require_positive("tokens", tokens);
   require_positive("windows", windows);
   if (!(temperature >= 0)) throw usage_error("--temperature: must be >= 0");
+  if (draft_weight_bits != 4 && draft_weight_bits != 16)
+    throw usage_error("--draft-weights: 4 or 16, got " + std::to_string(draft_weight_bits));
+  if (draft_kv_bits != 4 && draft_kv_bits != 8)
+    throw usage_error("--draft-kv: 4 or 8, got " + std::to_string(draft_kv_bits));
+  const draft_parts parts{draft_weight_bits == 4, draft_kv_bits == 4};
   const std::int64_t G = quantspec_group_of(group);
   const auto gamma_list = parse_gamma_list(gammas, G);
   const auto context_list = parse_int_list("context", contexts);
@@ -130,7 +139,7 @@ int eval_accept_main(int argc, char** argv) {
         }
         for (std::size_t g = 0; g < gamma_list.size(); ++g) {
           hier_cache cache = base;
-          quantspec_decoder dec(fwd, draft.set(), cache, cache, sp, gamma_list[g].opts);
+          quantspec_decoder dec(fwd, draft.set(), cache, cache, sp, gamma_list[g].opts, parts);
           const auto t0 = std::chrono::steady_clock::now();
           std::int64_t done = 1;  // the prefill's token
           progress->advance();
@@ -151,7 +160,12 @@ int eval_accept_main(int argc, char** argv) {
 
   std::cout << "acceptance: " << texts.size() << " text(s) x " << windows << " window(s), " << tokens
             << " tokens decoded after each prefix, " << (temperature > 0 ? "sampled" : "greedy")
-            << " verification, G=" << G << ", draft weights g" << dopts.group << "\n";
+            << " verification, G=" << G << ", draft: ";
+  if (parts.weights_4bit)
+    std::cout << "4-bit weights g" << dopts.group;
+  else
+    std::cout << "16-bit weights";
+  std::cout << ", " << (parts.kv_int4 ? "INT4" : "INT8") << " KV\n";
   std::vector<std::vector<std::string>> rows;
   boost::json::array results;
   for (std::size_t c = 0; c < context_list.size(); ++c)
@@ -162,7 +176,8 @@ int eval_accept_main(int argc, char** argv) {
       for (const auto k : st.accepted_per_position) {
         const double share = st.drafts > 0 ? double(k) / double(st.drafts) : 0.0;
         kept.push_back(share);
-        by_position += (by_position.empty() ? "" : " ") + format_fixed(100 * share, 0);
+        if (!by_position.empty()) by_position += ' ';
+        by_position += format_fixed(100 * share, 0);
       }
       const double draft_ms = st.draft_tokens > 0 ? 1e3 * st.draft_seconds / double(st.draft_tokens) : 0;
       const double verify_ms = st.drafts > 0 ? 1e3 * st.verify_seconds / double(st.drafts) : 0;
@@ -198,6 +213,8 @@ int eval_accept_main(int argc, char** argv) {
                                   {"group", G},
                                   {"weight_group", dopts.group},
                                   {"lm_head_4bit", dopts.quantize_lm_head},
+                                  {"draft_weight_bits", draft_weight_bits},
+                                  {"draft_kv_bits", draft_kv_bits},
                                   {"tokens", tokens},
                                   {"windows", windows},
                                   {"temperature", temperature},

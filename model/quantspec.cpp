@@ -10,8 +10,8 @@
 namespace specpipe {
 
 quantspec_decoder::quantspec_decoder(cpu_forward& fwd, const weight_set& draft, cache_policy& cache, hier_cache& hier,
-                                     const sampling_params& sampling, const gamma_options& gamma)
-    : fwd_(fwd), draft_(draft), cache_(cache), hier_(hier), sampler_(sampling), gamma_(gamma) {}
+                                     const sampling_params& sampling, const gamma_options& gamma, draft_parts parts)
+    : fwd_(fwd), draft_(draft), parts_(parts), cache_(cache), hier_(hier), sampler_(sampling), gamma_(gamma) {}
 
 std::int32_t quantspec_decoder::prefill(std::span<const std::int32_t> prompt) {
   const std::int64_t vocab = fwd_.config().vocab_size;
@@ -44,12 +44,13 @@ quantspec_round quantspec_decoder::round(std::int32_t pending, std::int64_t max_
   drafts_.clear();
   r.draft_begin = clock::now();
   if (gamma > 0) {
-    hier_.set_read(hier_read::int4);
+    hier_.set_read(parts_.kv_int4 ? hier_read::int4 : hier_read::int8);
     draft_logits_.resize(V);
     if (!sampler_.greedy()) q_.resize(std::size_t(gamma) * V);
     std::int32_t x = pending;
     for (int i = 0; i < gamma; ++i) {
-      fwd_.forward(std::span<const std::int32_t>(&x, 1), cache_, draft_logits_, false, &draft_);
+      fwd_.forward(std::span<const std::int32_t>(&x, 1), cache_, draft_logits_, false,
+                   parts_.weights_4bit ? &draft_ : nullptr);
       if (sampler_.greedy()) {
         x = std::int32_t(kernels::cpu::argmax(draft_logits_.data(), vocab));
         if (x < 0) throw std::runtime_error("quantspec: the draft's logits are all NaN");

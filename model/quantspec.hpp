@@ -38,6 +38,16 @@ struct quantspec_round {
   double verify_seconds() const { return std::chrono::duration<double>(verify_end - verify_begin).count(); }
 };
 
+// Which of the draft's two approximations a decoder keeps: the paper's
+// draft has both; turning one off isolates what the other costs in
+// acceptance (`eval accept --draft-weights 16` / `--draft-kv 8`). With both
+// off the draft is the target itself, and greedy verification accepts every
+// draft.
+struct draft_parts {
+  bool weights_4bit = true;  // false: the checkpoint's 16-bit projections
+  bool kv_int4 = true;       // false: the target's INT8 read of the cache
+};
+
 class quantspec_decoder {
  public:
   // `cache` is what the forwards append to and attend over; `hier` is the
@@ -46,7 +56,7 @@ class quantspec_decoder {
   // All references must outlive the decoder. Throws std::invalid_argument on
   // bad sampling or gamma options.
   quantspec_decoder(cpu_forward& fwd, const weight_set& draft, cache_policy& cache, hier_cache& hier,
-                    const sampling_params& sampling, const gamma_options& gamma);
+                    const sampling_params& sampling, const gamma_options& gamma, draft_parts parts = {});
 
   // Runs the prompt through the target (INT8 reads) and picks the first
   // token from its last logits.
@@ -63,6 +73,7 @@ class quantspec_decoder {
  private:
   cpu_forward& fwd_;
   const weight_set& draft_;
+  draft_parts parts_;
   cache_policy& cache_;
   hier_cache& hier_;
   sampler sampler_;

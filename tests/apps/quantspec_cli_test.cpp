@@ -103,6 +103,34 @@ TEST(QuantSpecCli, EvalAcceptWritesATableAndJson) {
   EXPECT_EQ(results[1].at("gamma").as_string(), "3");
   EXPECT_EQ(results[1].at("kept_by_position").as_array().size(), 3u);
 
+  // The ablations: with the 16-bit weights and the INT8 read the draft is
+  // the target itself, so greedy verification keeps every draft; each
+  // approximation alone still runs and says which draft it measured.
+  const auto same = run_specpipe("eval accept --gamma 3 --text '" + book.string() +
+                                 "' --context 96 --tokens 12 --threads 2 --draft-weights 16 --draft-kv 8 --json '" +
+                                 json.string() + "'");
+  ASSERT_EQ(same.exit_code, 0) << same.err;
+  EXPECT_THAT(same.out, HasSubstr("draft: 16-bit weights, INT8 KV"));
+  const auto js = boost::json::parse(slurp(json));
+  EXPECT_EQ(js.at("draft_weight_bits").as_int64(), 16);
+  EXPECT_EQ(js.at("draft_kv_bits").as_int64(), 8);
+  const auto& only = js.at("results").as_array().at(0);
+  EXPECT_GT(only.at("draft_tokens").to_number<double>(), 0);
+  EXPECT_EQ(only.at("accepted_tokens").to_number<double>(), only.at("draft_tokens").to_number<double>());
+  EXPECT_DOUBLE_EQ(only.at("acceptance_rate").to_number<double>(), 1.0);
+  for (const char* flags : {"--draft-weights 16", "--draft-kv 8"}) {
+    const auto part = run_specpipe("eval accept --gamma 3 --text '" + book.string() +
+                                   "' --context 96 --tokens 12 --threads 2 " + flags);
+    ASSERT_EQ(part.exit_code, 0) << flags << ": " << part.err;
+    EXPECT_THAT(part.out, HasSubstr(std::string(flags) == "--draft-kv 8" ? "4-bit weights g128, INT8 KV"
+                                                                         : "16-bit weights, INT4 KV"));
+  }
+  for (const char* bad_flag : {"--draft-weights 8", "--draft-kv 2"}) {
+    const auto bad_part = run_specpipe("eval accept --text '" + book.string() + "' --context 48 " + bad_flag);
+    EXPECT_EQ(bad_part.exit_code, 2) << bad_flag;
+    EXPECT_THAT(bad_part.err, HasSubstr(std::string(bad_flag).substr(0, std::string(bad_flag).find(' '))));
+  }
+
   const auto bad = run_specpipe("eval accept --kv full --text '" + book.string() + "' --context 48");
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_THAT(bad.err, HasSubstr("quantspec mode only"));

@@ -225,6 +225,34 @@ TEST(QuantSpec, GammaShrinksToTheRoomLeftAndTheDoubleBuffer) {
   EXPECT_THROW(dec.round(near_end.tokens.back(), hier.length(0)), std::length_error);
 }
 
+// The ablations (draft_parts): without both approximations the draft is
+// the target, so greedy verification keeps every draft; with only one of
+// them the draft still differs from the target somewhere on a random model.
+TEST(QuantSpec, DraftWithoutItsApproximationsIsTheTarget) {
+  const auto c = tiny_config();
+  test::random_weights w(c, 15, 0.12f, dtype::bf16);
+  cpu_forward fwd(c, w.w, 2);
+  draft_weights draft(c, w.w, {}, &fwd.pool());
+  const std::vector<std::int32_t> prompt{2, 7, 1, 8, 2, 8, 1, 8, 2, 8};
+  auto run = [&](draft_parts parts) {
+    hier_cache hier(c, 200, {8, hier_read::int8}, &fwd.pool());
+    quantspec_decoder dec(fwd, draft.set(), hier, hier, greedy_params(), parse_gamma("4"), parts);
+    std::int32_t pending = dec.prefill(prompt);
+    while (hier.length(0) + 6 < 160) pending = dec.round(pending, 200).tokens.back();
+    return dec.stats();
+  };
+  const auto same = run({false, false});
+  EXPECT_GT(same.draft_tokens, 100);
+  EXPECT_EQ(same.accepted_tokens, same.draft_tokens);
+  // Each approximation alone: the 4-bit weights on a random model reject
+  // some drafts (the KV alone may or may not over this short context).
+  const auto weights_only = run({true, false});
+  EXPECT_LT(weights_only.accepted_tokens, weights_only.draft_tokens);
+  const auto kv_only = run({false, true});
+  EXPECT_LE(kv_only.accepted_tokens, kv_only.draft_tokens);
+  EXPECT_GT(kv_only.draft_tokens, 0);
+}
+
 TEST(DraftWeights, PackEveryProjectionAndReportTheirBytes) {
   const auto c = tiny_config();
   test::random_weights w(c, 14, 0.12f, dtype::bf16);
