@@ -170,7 +170,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(shape{dtype::bf16, 48, 512, 128}, shape{dtype::f32, 7, 300, 128},  // a short last group
                       shape{dtype::f16, 5, 77, 32},                                      // odd in
                       shape{dtype::bf16, 9, 1408, 128}, shape{dtype::f32, 3, 10, 2},
-                      shape{dtype::bf16, 700, 256, 128}));  // rows enough for several threads
+                      shape{dtype::bf16, 700, 256, 128},  // rows enough for several threads
+                      shape{dtype::bf16, 64, 1408, 32}, shape{dtype::bf16, 96, 512, 64}));  // the default model's shapes, finer groups
 
 TEST(int4_linear, a_token_in_a_batch_is_bitwise_the_token_alone) {
   std::mt19937_64 rng(test::default_seed);
