@@ -131,8 +131,12 @@ int eval_passkey_main(int argc, char** argv) {
   std::vector<std::optional<specache_stats>> spec(modes.size());
   boost::json::array examples;  // the first mode's answers, to see what the model says
   // Every mode's answer to every document, for --documents.
-  std::vector<std::vector<std::vector<std::int32_t>>> answers(modes.size(),
-                                                              std::vector<std::vector<std::int32_t>>(docs.size()));
+  struct answer {
+    std::vector<std::int32_t> ids;
+    std::string text;
+    bool correct = false;
+  };
+  std::vector<std::vector<answer>> answers(modes.size(), std::vector<answer>(docs.size()));
   std::vector<float> logits(std::size_t(m.config.vocab_size));
   for (std::size_t mi = 0; mi < modes.size(); ++mi) {
     for (std::size_t d = 0; d < docs.size(); ++d) {
@@ -155,7 +159,7 @@ int eval_passkey_main(int argc, char** argv) {
       }
       const std::string text = m.tok.decode(generated);
       const bool ok = passkey_correct(text, doc.key);
-      answers[mi][d] = generated;
+      answers[mi][d] = {generated, text, ok};
       auto& cell = results[mi][d / std::size_t(samples)];
       cell.correct += ok;
       ++cell.samples;
@@ -229,9 +233,8 @@ int eval_passkey_main(int argc, char** argv) {
       const std::size_t cell = d / std::size_t(samples);
       boost::json::object modes_json;
       for (std::size_t mi = 0; mi < modes.size(); ++mi) {
-        const std::string text = m.tok.decode(answers[mi][d]);
-        modes_json[modes[mi].label()] = {
-            {"ids", ids_json(answers[mi][d])}, {"text", text}, {"correct", passkey_correct(text, doc.key)}};
+        const answer& an = answers[mi][d];
+        modes_json[modes[mi].label()] = {{"ids", ids_json(an.ids)}, {"text", an.text}, {"correct", an.correct}};
       }
       const boost::json::object line{{"length", lengths[cell / depths.size()]},
                                      {"depth", doc.depth},

@@ -23,16 +23,7 @@ from pathlib import Path
 
 import torch
 
-
-def score(text: str, key: str) -> bool:
-    """tools/passkey.py's rule: after leading whitespace, a run of digits equal to the key."""
-    s = text.lstrip(" \t\n\r\f\v")
-    digits = ""
-    for ch in s:
-        if not ch.isascii() or not ch.isdigit():
-            break
-        digits += ch
-    return digits == key
+from passkey import score  # the scoring rule of specpipe's eval passkey (tools/passkey.py)
 
 
 @torch.no_grad()

@@ -16,7 +16,8 @@ namespace {
 
 // Keys scored per block before the running max/sum are rescaled.
 constexpr std::int64_t key_block = 64;
-// Largest head_dim the accumulators hold.
+// Largest head_dim accepted: a sanity bound on the checkpoint (the
+// accumulators are per-thread buffers of any size).
 constexpr std::int64_t max_head_dim = 512;
 // Consecutive query positions that walk the keys together: each key block is
 // read from memory once for all of them (and for every head of the GQA

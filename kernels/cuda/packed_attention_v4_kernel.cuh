@@ -150,7 +150,9 @@ __global__ void __launch_bounds__(threads, 3) packed_attention_v4_kernel(packed_
   int* rep_s = reinterpret_cast<int*>(smem + sh.off_rep) + warp * rep_warp_words;  // [32] tau, [32] row
   float* reps_s = reinterpret_cast<float*>(rep_s + 64);                           // [32][8] exact scores
   float* vrow_s = reps_s + 32 * 8;                                                // [128] a value row
+  int len_g = 0;  // positions column g attends (lane (g, t) computes column g's exact scores)
   if (mixed) {
+    len_g = g < ncols ? a.entry_len[e + g / gq] : 0;
     const std::int64_t ri = a.rows.entry_index ? a.rows.entry_index[e] : e;
     rep_base = (ri * nkv + kh) * a.rows.stride;
     rep_pos = a.rows.positions + rep_base;
@@ -274,7 +276,6 @@ __global__ void __launch_bounds__(threads, 3) packed_attention_v4_kernel(packed_
         rep_reg = rep_window + lane < rep_count ? rep_pos[rep_window + lane] : 0x7fffffff;
       }
       __syncwarp();
-      const int len_g = g < ncols ? a.entry_len[e + g / gq] : 0;
       for (int i = 0; i < nrep; ++i) {
         const int tau = rep_s[i];
         const std::uint16_t* kr = a.rows.k + (rep_base + rep_s[32 + i]) * D;
