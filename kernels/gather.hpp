@@ -65,7 +65,11 @@ const char* gather_kernel_name(gather_kernel k);
 struct gather_kernel_config {
   gather_kernel kernel = gather_kernel::warp_rows;
   int unroll = 8;         // warp_rows: 16-byte loads in flight per lane (1..16)
-  int blocks_per_sm = 4;  // warp_rows: persistent blocks of 256 threads per SM (1..8)
+  int blocks_per_sm = 4;  // warp_rows: persistent blocks per SM (1..8)
+  int warps_per_block = 8;  // warp_rows: 1..8 (256 threads). Rows in flight are
+                            // SMs x blocks x warps x 2 x unroll (256-byte rows):
+                            // fewer than the default's 67k is how the bench asks
+                            // whether concurrent reads to the host cost latency.
 };
 
 // How the transfer engine runs one request: the split between copy engines

@@ -9,7 +9,9 @@
 //    warp w takes tiles of unroll x 32 chunks, tiles dealt round-robin over
 //    the blocks first so that even a small gather spreads over all SMs (each
 //    SM has its own L1 TLB and its own limit on outstanding misses). All
-//    `unroll` loads of a lane are issued before any store.
+//    `unroll` loads of a lane are issued before any store. Blocks may be
+//    fewer than 8 warps: with 1 block of 1 warp per SM and unroll 2, ~528
+//    rows are in flight, against ~67k for 4 blocks of 8 warps at unroll 8.
 // Adjacent source rows become adjacent addresses in one warp's loads either
 // way, which the memory system merges into full 128-byte requests.
 #include <cuda_runtime.h>
@@ -123,10 +125,10 @@ cudaError_t launch_flat(const void* src, std::size_t row_bytes, const std::int64
 }
 
 template <int kUnroll>
-void launch_warp_rows_unrolled(unsigned blocks, const void* src, std::int64_t chunks_per_row, int row_shift,
+void launch_warp_rows_unrolled(unsigned blocks, unsigned threads, const void* src, std::int64_t chunks_per_row, int row_shift,
                                const std::int64_t* rows, const std::int64_t* dst_rows, std::int64_t n, void* dst,
                                cudaStream_t stream) {
-  gather_warp_rows_kernel<kUnroll><<<blocks, kThreads, 0, stream>>>(
+  gather_warp_rows_kernel<kUnroll><<<blocks, threads, 0, stream>>>(
       static_cast<const uint4*>(src), chunks_per_row, row_shift, rows, dst_rows, n, static_cast<uint4*>(dst));
 }
 
@@ -139,6 +141,7 @@ cudaError_t launch_warp_rows(const void* src, std::size_t row_bytes, const std::
     if ((std::int64_t(1) << s) == chunks_per_row) row_shift = s;
   const int unroll = cfg.unroll <= 2 ? 2 : cfg.unroll <= 4 ? 4 : cfg.unroll <= 8 ? 8 : 16;
   const int per_sm = cfg.blocks_per_sm < 1 ? 1 : cfg.blocks_per_sm > 8 ? 8 : cfg.blocks_per_sm;
+  const int warps = cfg.warps_per_block < 1 ? 1 : cfg.warps_per_block > kThreads / 32 ? kThreads / 32 : cfg.warps_per_block;
   // Persistent, but never more blocks than tiles: a block whose warps have no
   // tile would only cost a launch slot.
   const std::int64_t tiles = (n * chunks_per_row + 32 * unroll - 1) / (32 * unroll);
@@ -146,11 +149,12 @@ cudaError_t launch_warp_rows(const void* src, std::size_t row_bytes, const std::
   if (blocks > tiles) blocks = tiles;
   if (blocks < 1) blocks = 1;
   const auto b = unsigned(blocks);
+  const auto t = unsigned(warps * 32);
   switch (unroll) {
-    case 2: launch_warp_rows_unrolled<2>(b, src, chunks_per_row, row_shift, rows, dst_rows, n, dst, stream); break;
-    case 4: launch_warp_rows_unrolled<4>(b, src, chunks_per_row, row_shift, rows, dst_rows, n, dst, stream); break;
-    case 8: launch_warp_rows_unrolled<8>(b, src, chunks_per_row, row_shift, rows, dst_rows, n, dst, stream); break;
-    default: launch_warp_rows_unrolled<16>(b, src, chunks_per_row, row_shift, rows, dst_rows, n, dst, stream); break;
+    case 2: launch_warp_rows_unrolled<2>(b, t, src, chunks_per_row, row_shift, rows, dst_rows, n, dst, stream); break;
+    case 4: launch_warp_rows_unrolled<4>(b, t, src, chunks_per_row, row_shift, rows, dst_rows, n, dst, stream); break;
+    case 8: launch_warp_rows_unrolled<8>(b, t, src, chunks_per_row, row_shift, rows, dst_rows, n, dst, stream); break;
+    default: launch_warp_rows_unrolled<16>(b, t, src, chunks_per_row, row_shift, rows, dst_rows, n, dst, stream); break;
   }
   return cudaGetLastError();
 }

@@ -360,6 +360,11 @@ void run_v2(const quant_bench_options& o, const device_properties& props, alloca
       // radix passes and the two gathers.
       add_row("topk", "specache", 1, batch, none, score_bytes + 7.0 * double(batch) * nkv * double(ctx) * 4,
               "k=64 per (sequence, KV head) from raw scores", [&] { topk_gqa(t, st.get()); });
+      topk_args fixed = t;
+      fixed.fixed_digits = true;
+      add_row("topk", "specache", 1, batch, none, score_bytes + 7.0 * double(batch) * nkv * double(ctx) * 4,
+              "the same, first radix digit fixed at bits 24-31 (the version before)",
+              [&] { topk_gqa(fixed, st.get()); });
     }
   }
   // hier at its own default group (128).

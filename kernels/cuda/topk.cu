@@ -15,13 +15,13 @@
 //    result is the one-pass result.
 //
 // Selecting, in both stages (select_sorted): a radix select on the bit
-// patterns (non-negative floats order like their bits), four passes of a
-// 256-bin histogram of one byte among the values sharing the bytes chosen
-// so far, gives the k-th largest value T and how many ties with T are
-// taken; every value > T is gathered, then the ties in list order, which is
-// position order (stage 1 lists positions ascending; stage 2 lists chunks in
-// order, each sorted with its ties by ascending position); the k are ranked
-// by (value desc, position asc).
+// patterns (non-negative floats order like their bits), passes of a 256-bin
+// histogram of eight bits among the values sharing the bits chosen so far,
+// starting below the bits all values share, gives the k-th largest value T
+// and how many ties with T are taken; every value > T is gathered, then the
+// ties in list order, which is position order (stage 1 lists positions
+// ascending; stage 2 lists chunks in order, each sorted with its ties by
+// ascending position); the k are ranked by (value desc, position asc).
 #include <cuda_runtime.h>
 
 #include <stdexcept>
@@ -48,7 +48,8 @@ struct select_smem {
   int sel_pos[topk_max_k];
   int warp_counts[32];
   unsigned prefix, remaining;
-  int n_sel, n_eq_taken;
+  unsigned key_or, key_and;  // over the eligible keys: the bits they share
+  int n_sel, n_eq_taken, n_eq_slot;
 };
 
 // The k (>= 1) largest of items 0 .. n-1 by (key desc, position asc), ties
@@ -56,17 +57,51 @@ struct select_smem {
 // equal keys). Writes out_pos[rank] (and out_key[rank] when given).
 template <int T, class KeyAt, class PosAt>
 __device__ void select_sorted(select_smem& sm, KeyAt key_at, PosAt pos_at, int n, int k, int* out_pos,
-                              unsigned* out_key) {
+                              unsigned* out_key, bool fixed_digits) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   if (tid == 0) {
-    sm.prefix = 0;
     sm.remaining = unsigned(k);
     sm.n_sel = 0;
     sm.n_eq_taken = 0;
+    sm.n_eq_slot = 0;
+    sm.key_or = 0;
+    sm.key_and = ~0u;
   }
   __syncthreads();
-  unsigned mask = 0;
-  for (int shift = 24; shift >= 0; shift -= 8) {
+  // The bits every eligible key shares need no pass: probabilities of one
+  // chunk mostly sit within a few powers of two, so a first digit of fixed
+  // bits (24-31, one bin per factor of 4) put nearly all keys into one or
+  // two bins, whose shared atomics then serialized. The passes start at the
+  // highest bit where the keys differ instead; the selection is the same.
+  {
+    unsigned o = 0, a = ~0u;
+    for (int i = tid; i < n; i += T) {
+      const unsigned key = key_at(i);
+      if (key != ineligible) {
+        o |= key;
+        a &= key;
+      }
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+      o |= __shfl_xor_sync(0xffffffffu, o, off);
+      a &= __shfl_xor_sync(0xffffffffu, a, off);
+    }
+    if (lane == 0) {
+      atomicOr(&sm.key_or, o);
+      atomicAnd(&sm.key_and, a);
+    }
+  }
+  __syncthreads();
+  const unsigned differ = sm.key_or ^ sm.key_and;
+  const int top = fixed_digits ? 31 : differ ? 31 - __clz(int(differ)) : -1;  // highest bit the keys disagree on
+  unsigned mask = top < 0 ? ~0u : ~((2u << top) - 1u);    // the bits above it (top 31: none)
+  if (tid == 0) sm.prefix = sm.key_and & mask;
+  __syncthreads();
+  for (int hi = top; hi >= 0; hi -= 8) {
+    // The last digit may reach above bit `hi` into bits already fixed: the
+    // keys still counted agree on them, so their bins are the prefix's.
+    const int shift = hi >= 7 ? hi - 7 : 0;
     for (int i = tid; i < 256; i += T) sm.hist[i] = 0;
     __syncthreads();
     const unsigned prefix = sm.prefix;
@@ -114,16 +149,35 @@ __device__ void select_sorted(select_smem& sm, KeyAt key_at, PosAt pos_at, int n
   const unsigned thr = sm.prefix;
   const int need_eq = int(sm.remaining);  // ties with thr among the k; the rest are > thr
 
-  for (int i = tid; i < n; i += T) {  // everything above thr
-    const unsigned key = key_at(i);
-    if (key != ineligible && key > thr) {
+  // Everything above thr, and the ties counted; while their count is unknown
+  // the first need_eq ties met take the tie slots. When the ties are exactly
+  // need_eq (the usual case: one key equals the k-th largest), that is the
+  // answer, since the ranking below orders them; only when there are more
+  // does the ordered pass after it choose the lowest positions.
+  for (int i0 = 0; i0 < n; i0 += T) {
+    const int i = i0 + tid;
+    const unsigned key = i < n ? key_at(i) : ineligible;
+    const bool above = key != ineligible && key > thr;
+    const bool eq = i < n && key == thr;
+    if (above) {
       const int at = atomicAdd(&sm.n_sel, 1);
       sm.sel_key[at] = key;
       sm.sel_pos[at] = pos_at(i);
     }
+    const unsigned ties = __ballot_sync(0xffffffffu, eq);
+    if (ties) {
+      int base = 0;
+      if (lane == 0) base = atomicAdd(&sm.n_eq_slot, __popc(ties));
+      base = __shfl_sync(0xffffffffu, base, 0) + __popc(ties & ((1u << lane) - 1u));
+      if (eq && base < need_eq) {
+        sm.sel_key[k - need_eq + base] = thr;
+        sm.sel_pos[k - need_eq + base] = pos_at(i);
+      }
+    }
   }
   __syncthreads();
-  for (int i0 = 0; i0 < n; i0 += T) {  // the first ties in item order
+  const bool ordered_ties = sm.n_eq_slot > need_eq;
+  for (int i0 = 0; ordered_ties && i0 < n; i0 += T) {  // the first ties in item order
     if (sm.n_eq_taken >= need_eq) break;  // uniform: read after the barrier below
     const int i = i0 + tid;
     const bool eq = i < n && key_at(i) == thr;
@@ -145,6 +199,7 @@ __device__ void select_sorted(select_smem& sm, KeyAt key_at, PosAt pos_at, int n
     }
     __syncthreads();
   }
+  __syncthreads();
   for (int i = tid; i < k; i += T) {  // rank: value descending, then position ascending
     const unsigned ki = sm.sel_key[i];
     const int pi = sm.sel_pos[i];
@@ -200,25 +255,49 @@ __global__ void __launch_bounds__(local_threads) topk_local_kernel(topk_args a) 
   __syncthreads();
   const float inv = 1.0f / float(group);
   const float* base = a.values + std::int64_t(r) * a.n_heads * a.stride + c0;
-  int mine = 0;  // eligible positions of this thread
-  for (int i = tid; i < n; i += local_threads) {
-    float s = 0.f;
-    for (int h = g * group; h < (g + 1) * group; ++h) {
-      float p = base[std::int64_t(h) * a.stride + i];
-      if (a.ml) {  // packed_attention_probs' value, bit for bit
-        const int hi = h - g * group;
-        if (hi < 64) {
-          p = __fmul_rn(exp2f(__fsub_rn(p, m_s[hi])), r_s[hi]);
-        } else {
-          const float* ml = a.ml + std::int64_t(r) * ml_stride + h * 2;
-          p = __fmul_rn(exp2f(__fsub_rn(p, ml[0])), __frcp_rn(ml[1]));
-        }
+  // Each thread's chunk_len / local_threads positions: one head at a time,
+  // all of a head's loads issued together (one memory round trip per head,
+  // not one per position and head), summed in head order as before.
+  constexpr int per_thread = chunk_len / local_threads;
+  static_assert(chunk_len % local_threads == 0, "whole positions per thread");
+  float sum[per_thread];
+#pragma unroll
+  for (int u = 0; u < per_thread; ++u) sum[u] = 0.f;
+  for (int h = g * group; h < (g + 1) * group; ++h) {
+    float m = 0.f, rl = 1.f;
+    if (a.ml) {  // packed_attention_probs' value, bit for bit
+      const int hi = h - g * group;
+      if (hi < 64) {
+        m = m_s[hi];
+        rl = r_s[hi];
+      } else {
+        const float* ml = a.ml + std::int64_t(r) * ml_stride + h * 2;
+        m = ml[0];
+        rl = __frcp_rn(ml[1]);
       }
-      s = __fadd_rn(s, p);
     }
-    const bool out = c0 + i == excl;
-    keys[i] = out ? ineligible : __float_as_uint(__fmul_rn(s, inv));
-    mine += out ? 0 : 1;
+    const float* row = base + std::int64_t(h) * a.stride;
+    float p[per_thread];
+#pragma unroll
+    for (int u = 0; u < per_thread; ++u) {
+      const int i = tid + u * local_threads;
+      p[u] = i < n ? __ldg(row + i) : 0.f;
+    }
+#pragma unroll
+    for (int u = 0; u < per_thread; ++u) {
+      const float q = a.ml ? __fmul_rn(exp2f(__fsub_rn(p[u], m)), rl) : p[u];
+      sum[u] = __fadd_rn(sum[u], q);
+    }
+  }
+  int mine = 0;  // eligible positions of this thread
+#pragma unroll
+  for (int u = 0; u < per_thread; ++u) {
+    const int i = tid + u * local_threads;
+    if (i < n) {
+      const bool out = c0 + i == excl;
+      keys[i] = out ? ineligible : __float_as_uint(__fmul_rn(sum[u], inv));
+      mine += out ? 0 : 1;
+    }
   }
   if (mine) atomicAdd(&elig_s, mine);
   __syncthreads();
@@ -226,7 +305,7 @@ __global__ void __launch_bounds__(local_threads) topk_local_kernel(topk_args a) 
   if (kk > 0)
     select_sorted<local_threads>(
         sm, [&](int i) { return keys[i]; }, [&](int i) { return c0 + i; }, n, kk, cs.pos + chunk * slot_cap,
-        cs.keys + chunk * slot_cap);
+        cs.keys + chunk * slot_cap, a.fixed_digits);
   if (tid == 0) cs.count[chunk] = kk;
 }
 
@@ -256,7 +335,7 @@ __global__ void __launch_bounds__(merge_threads) topk_merge_kernel(topk_args a) 
     return cs.pos[c * slot_cap + (i - c * stride)];
   };
   select_sorted<merge_threads>(sm, key_at, pos_at, chunks * stride, k,
-                               a.positions + (std::int64_t(r) * a.n_kv_heads + g) * a.k, nullptr);
+                               a.positions + (std::int64_t(r) * a.n_kv_heads + g) * a.k, nullptr, a.fixed_digits);
 }
 
 }  // namespace

@@ -36,6 +36,10 @@ struct topk_args {
   std::int32_t* count = nullptr;
   float* scratch = nullptr;  // topk_scratch_floats(rows, n_kv_heads, max_len)
   int max_len = 0;           // >= every row_len
+  // The radix passes' first digit: false (default) starts below the bits
+  // every key shares; true, at bits 24-31 whatever the keys (the version
+  // before; the bench times both). Same result either way.
+  bool fixed_digits = false;
 };
 
 constexpr int topk_max_k = 1024;

@@ -88,7 +88,8 @@ std::vector<kernels::gather_kernel_config> kernel_shapes() {
   using kernels::gather_kernel;
   // Every shape the benchmark times, plus the smallest unroll and one block.
   return {{gather_kernel::flat, 4, 8},       {gather_kernel::warp_rows, 2, 1},  {gather_kernel::warp_rows, 4, 8},
-          {gather_kernel::warp_rows, 8, 4},  {gather_kernel::warp_rows, 8, 8},  {gather_kernel::warp_rows, 16, 4}};
+          {gather_kernel::warp_rows, 8, 4},  {gather_kernel::warp_rows, 8, 8},  {gather_kernel::warp_rows, 16, 4},
+          {gather_kernel::warp_rows, 2, 1, 1}, {gather_kernel::warp_rows, 2, 1, 2}, {gather_kernel::warp_rows, 4, 2, 8}};
 }
 #endif
 
@@ -103,7 +104,8 @@ TEST_F(CudaGather, EveryKernelMatchesTheCpuReference) {
       gpu_case c(*pinned, row_bytes, 1 << 14, n, seed);
       for (const auto& cfg : kernel_shapes()) {
         const std::string what = std::string(kernels::gather_kernel_name(cfg.kernel)) + " u" +
-                                 std::to_string(cfg.unroll) + " b" + std::to_string(cfg.blocks_per_sm) + ", seed " +
+                                 std::to_string(cfg.unroll) + " b" + std::to_string(cfg.blocks_per_sm) + " w" +
+                                 std::to_string(cfg.warps_per_block) + ", seed " +
                                  std::to_string(seed) + ", row_bytes " + std::to_string(row_bytes) + ", n " +
                                  std::to_string(n);
         c.poison();

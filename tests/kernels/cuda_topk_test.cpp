@@ -1,12 +1,14 @@
 // CUDA GQA top-k (kernels/cuda/topk.hpp) against cpu::topk_gqa: the same
 // positions in the same order, with many exact ties (probabilities on a
 // coarse grid, and all-equal rows), an excluded position, k from 1 to more
-// than the eligible positions, rows of different lengths; and from raw
+// than the eligible positions, rows of different lengths, keys that differ
+// only in their low bits, each with both first radix digits; and from raw
 // scores plus the combine's (max, sum), against the CPU on the probabilities
 // the GPU's own normalization writes.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -74,14 +76,21 @@ void compare(const std::vector<std::int32_t>& gpos, const std::vector<std::int32
 void ties_and_exclusions(allocator& dev, int stride, const std::vector<row_case>& rows, unsigned seed) {
   const int heads = 8, kv = 2;
   std::mt19937 rng(seed);
-  for (const int grid : {0, 8, 64}) {  // 0: continuous values; else probabilities on a grid of 1/grid (ties)
+  // 0: continuous values; > 0: probabilities on a grid of 1/grid (ties);
+  // -1: values that differ only in their lowest 9 bits (the radix passes
+  // start at bit 8, the last one reaching into bits all keys share).
+  for (const int grid : {0, 8, 64, -1}) {
     std::vector<float> probs(rows.size() * std::size_t(heads * stride), 0.f);
     std::uniform_real_distribution<float> u(0.f, 1.f);
     for (std::size_t r = 0; r < rows.size(); ++r)
       for (int h = 0; h < heads; ++h)
         for (int j = 0; j < rows[r].len; ++j) {
           float x = u(rng);
-          if (grid) x = std::floor(x * float(grid)) / float(grid);
+          if (grid > 0) x = std::floor(x * float(grid)) / float(grid);
+          if (grid < 0) {
+            const std::uint32_t bits = 0x3e800000u + std::uint32_t(rng() % 300u);
+            std::memcpy(&x, &bits, 4);
+          }
           if (r == 1 && h < 4) x = 0.25f;  // all-equal group for KV head 0
           probs[(r * heads + std::size_t(h)) * stride + std::size_t(j)] = x / float(rows[r].len);
         }
@@ -93,29 +102,32 @@ void ties_and_exclusions(allocator& dev, int stride, const std::vector<row_case>
     dev_array<float> pd(dev, probs);
     dev_array<std::int32_t> ld(dev, len_h), ed(dev, ex_h);
     dev_array<float> scratch(dev, kc::topk_scratch_floats(int(rows.size()), kv, stride));
-    for (const int k : {1, 5, 64, 1024}) {
-      const std::string what = "grid " + std::to_string(grid) + " k " + std::to_string(k);
-      SCOPED_TRACE(what);
-      std::vector<std::vector<std::int64_t>> pos, cnt;
-      cpu_topk(probs, rows, heads, kv, stride, k, pos, cnt);
-      dev_array<std::int32_t> gp(dev, rows.size() * std::size_t(kv * k)), gc(dev, rows.size() * std::size_t(kv));
-      kc::topk_args a;
-      a.values = pd.get();
-      a.stride = stride;
-      a.row_len = ld.get();
-      a.row_exclude = ed.get();
-      a.rows = int(rows.size());
-      a.n_heads = heads;
-      a.n_kv_heads = kv;
-      a.k = k;
-      a.positions = gp.get();
-      a.count = gc.get();
-      a.scratch = scratch.get();
-      a.max_len = stride;
-      kc::topk_gqa(a, nullptr);
-      compare(gp.download(), gc.download(), pos, cnt, kv, k, what);
-      EXPECT_TRUE(gp.sentinel_intact() && gc.sentinel_intact());
-    }
+    for (const int k : {1, 5, 64, 1024})
+      for (const bool fixed : {false, true}) {
+        const std::string what =
+            "grid " + std::to_string(grid) + " k " + std::to_string(k) + (fixed ? ", fixed digits" : "");
+        SCOPED_TRACE(what);
+        std::vector<std::vector<std::int64_t>> pos, cnt;
+        cpu_topk(probs, rows, heads, kv, stride, k, pos, cnt);
+        dev_array<std::int32_t> gp(dev, rows.size() * std::size_t(kv * k)), gc(dev, rows.size() * std::size_t(kv));
+        kc::topk_args a;
+        a.values = pd.get();
+        a.stride = stride;
+        a.row_len = ld.get();
+        a.row_exclude = ed.get();
+        a.rows = int(rows.size());
+        a.n_heads = heads;
+        a.n_kv_heads = kv;
+        a.k = k;
+        a.positions = gp.get();
+        a.count = gc.get();
+        a.scratch = scratch.get();
+        a.max_len = stride;
+        a.fixed_digits = fixed;
+        kc::topk_gqa(a, nullptr);
+        compare(gp.download(), gc.download(), pos, cnt, kv, k, what);
+        EXPECT_TRUE(gp.sentinel_intact() && gc.sentinel_intact());
+      }
   }
 }
 
