@@ -400,11 +400,16 @@ void gather_points(bench_report& r) {
       std::snprintf(text, sizeof text, "%s arena %s, %zu-byte rows, %.1f GB/s", g.backend.c_str(), g.arena.c_str(),
                     g.row_bytes, g.gb_per_s);
     else
-      std::snprintf(text, sizeof text, "%s %s arena %s, %zu-byte rows, %.1f GB/s, single %.1f us, %.0f runs",
+      std::snprintf(text, sizeof text,
+                    "%s %s arena %s, %zu-byte rows, %.1f GB/s (LLC-warm %.1f), single %.1f us, %.0f runs",
                     g.backend.c_str(), g.pattern.c_str(), g.arena.c_str(), g.row_bytes, g.gb_per_s,
+                    g.warm_seconds > 0 ? double(g.rows * std::int64_t(g.row_bytes)) / g.warm_seconds / 1e9 : 0.0,
                     g.single_seconds * 1e6, g.runs);
     p.note = std::string(text) + (g.matches_reference ? "" : ", OUTPUT MISMATCH") + (g.note.empty() ? "" : ", " + g.note);
-    p.extra = {{"gb_per_s", g.gb_per_s}, {"single_us", g.single_seconds * 1e6}, {"runs", g.runs}};
+    p.extra = {{"gb_per_s", g.gb_per_s},
+               {"warm_gb_per_s", g.warm_seconds > 0 ? double(g.rows) * double(g.row_bytes) / g.warm_seconds / 1e9 : 0},
+               {"single_us", g.single_seconds * 1e6},
+               {"runs", g.runs}};
     r.points.push_back(p);
   }
 }

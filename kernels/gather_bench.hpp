@@ -47,7 +47,13 @@ struct gather_bench_options {
   std::int64_t block_tokens = 16;  // rows per store block (topk patterns)
   double cluster_rows = 4;         // mean cluster length (topk_clustered)
   int index_sets = 8;  // different row sets per timed pass, gathered back to back
-  int passes = 5;      // timed passes over the sets (median reported)
+  // At least this many bytes of rows over all sets (more sets when needed):
+  // fewer, cycled, stay in the host CPU's last-level cache, and a PCIe read
+  // served from there is far quicker than one from DRAM (NOTES.md, "Sparse
+  // gather"). The first index_sets sets alone give the warm figure.
+  std::size_t cold_bytes = std::size_t(1) << 30;
+  int passes = 3;      // timed passes over the sets (median reported)
+  int host_threads = 0;  // host-gather: CPU threads (0: all cores)
   int iterations = 20;  // CPU half: repeats (best reported)
   std::uint64_t seed = 1;
   bool cpu = true;
@@ -64,6 +70,7 @@ struct gather_bench_result {
   double seconds = 0;       // per gather: GPU, the median pass of index_sets back-to-back gathers over the sets;
                             // CPU, best of the iterations
   double single_seconds = 0;  // GPU: one gather alone, launch latency included (median of 3)
+  double warm_seconds = 0;    // GPU: per gather over the first index_sets sets only, cycled (LLC-warm rows)
   double gb_per_s = 0;      // rows * row_bytes / seconds / 1e9
   double runs = 0;          // mean runs of adjacent rows per gather
   bool matches_reference = false;  // output checked against cpu::gather_rows
