@@ -22,7 +22,9 @@
 #include "kernels/cuda/elementwise.hpp"
 #include "kernels/cuda/gemm.hpp"
 #include "kernels/cuda/int4_gemv.hpp"
+#include "kernels/cuda/int4_tiled.hpp"
 #include "kernels/int4_linear.hpp"
+#include "kernels/int4_tiled.hpp"
 #include "memory/allocator.hpp"
 #include "memory/kv_layout.hpp"
 #include "model/cuda_forward.hpp"
@@ -331,9 +333,30 @@ void int4_gemv_points(const bench_options& o, bench_report& r) {
     buffer x(*dev, std::size_t(8 * kk) * 2), y(*dev, std::size_t(8 * n) * 4);
     kc::fill_uniform_bf16(x.as<std::uint16_t>(), 8 * kk, -1, 1, 8, st.get());
     const double qb = q.bytes();
-    for (const int version : {1, 2, 3, 4})
+    // Version 7 reads the same weights repacked in 16-row tiles, once, here.
+    buffer tiled(*dev, std::size_t(kernels::cpu::int4_tiled_code_bytes(n, kk))),
+        tiled_sz(*dev, std::size_t(kernels::cpu::int4_tiled_scale_zero_size(n, kk, 128)) * 2);
+    {
+      kc::int4_tile_args t;
+      t.codes = q.codes.as<std::uint8_t>();
+      t.code_stride = q.stride;
+      t.scale = q.sz.as<std::uint16_t>();
+      t.zero = q.sz.as<std::uint16_t>() + n * q.groups;
+      t.out = n;
+      t.in = kk;
+      t.group = 128;
+      t.tiled_codes = tiled.as<std::uint8_t>();
+      t.tiled_scale_zero = tiled_sz.as<std::uint16_t>();
+      kc::int4_tile(t, st.get());
+    }
+    for (const int version : {1, 2, 3, 4, 7})
       for (const std::int64_t m : {1, 4}) {
-        const kc::int4_gemv_args g = q.args(x, y, m, version, kc::gemm_out::f32);
+        kc::int4_gemv_args g = q.args(x, y, m, version, kc::gemm_out::f32);
+        if (version == 7) {
+          g.codes = tiled.as<std::uint8_t>();
+          g.scale_zero = tiled_sz.as<std::uint16_t>();
+          g.scale = g.zero = nullptr;
+        }
         const auto t = time_events(st.get(), o.warmup, o.repeats, [&] { kc::int4_gemv(g, st.get()); });
         r.points.push_back({"gemv", m, 0, false,
                             "int4 gemv v" + std::to_string(version) + " " + std::to_string(n) + "x" +

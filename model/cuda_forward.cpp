@@ -271,6 +271,15 @@ int cuda_forward::kv_read() const { return impl_->quant ? impl_->read_bits : 16;
 void cuda_forward::set_draft_weights(bool draft) {
   if (draft && !impl_->w.draft_group)
     throw std::logic_error("cuda_forward::set_draft_weights: the model has no draft weights (cuda_model::make_draft)");
+  const int version = impl_->opt.int4_gemv_version;
+  if (draft && kc::int4_gemv_layout(version) != impl_->w.draft_layout) {
+    const auto name = [](kc::int4_layout l) { return l == kc::int4_layout::tiles ? "tiles" : "rows"; };
+    const std::string v = std::to_string(version);
+    throw std::logic_error("cuda_forward::set_draft_weights: int4 GEMV version " + v + " reads " +
+                           name(kc::int4_gemv_layout(version)) + " but the draft was made in " +
+                           name(impl_->w.draft_layout) + "; make it with cuda_model::make_draft(group, "
+                           "kernels::cuda::int4_gemv_layout(" + v + "))");
+  }
   impl_->draft = draft;
 }
 

@@ -52,10 +52,18 @@ class cuda_model {
   // them. Embedding, norms and lm_head stay shared. Once per model; throws
   // std::invalid_argument when the group is not a positive multiple of 32 or
   // a projection's input size is not a multiple of 32 (the int4 GEMV's).
-  void make_draft(std::int64_t group = 128);
+  // `layout` is the one the draft's GEMV version reads
+  // (kernels::cuda::int4_gemv_layout): rows for 1-4, tiles for 7, repacked
+  // on the device right after quantizing (kernels/int4_tiled.hpp); the
+  // default follows the default version.
+  void make_draft(std::int64_t group = 128,
+                  kernels::cuda::int4_layout layout = kernels::cuda::int4_gemv_layout(
+                      kernels::cuda::int4_gemv_args{}.version));
   bool has_draft() const;
+  kernels::cuda::int4_layout draft_layout() const;
   // Device bytes of the draft's copies (0 before make_draft); the same as
-  // model/draft_weights.hpp's draft_bytes() for the shape.
+  // model/draft_weights.hpp's draft_bytes() for the shape (tiles: when every
+  // projection's rows are a multiple of 16 and inputs of 128, as in Llama).
   std::size_t draft_bytes() const;
 
   struct impl;
@@ -82,7 +90,9 @@ struct cuda_forward_options {
   // its own; where cuBLAS runs the projection (m > 2) the kernel stays.
   bool fuse_swiglu = true;
   bool gemv_k_split = true;  // warps of a block share a row pair over slices of k
-  // The draft's 4-bit GEMV (QuantSpec): int4_gemv_args::version.
+  // The draft's 4-bit GEMV (QuantSpec): int4_gemv_args::version. It must
+  // read the layout the draft was made in (cuda_model::make_draft;
+  // set_draft_weights(true) checks).
   int int4_gemv_version = kernels::cuda::int4_gemv_args{}.version;
   int gemv_unroll = kernels::cuda::gemv_default_unroll;  // loads per row in flight per lane: 2 or 4
   // Prefill attention on the tensor cores (cuBLAS, scores through a scratch
@@ -166,7 +176,8 @@ class cuda_forward {
   void set_kv_read(int bits);
   int kv_read() const;
   // Multiply by the draft's 4-bit projections (true) or the 16-bit ones from
-  // the next forward on. std::logic_error when the model has no draft.
+  // the next forward on. std::logic_error when the model has no draft, or
+  // when its layout is not the one options' int4_gemv_version reads.
   void set_draft_weights(bool draft);
   bool draft_weights() const;
 

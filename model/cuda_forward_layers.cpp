@@ -54,8 +54,9 @@ void cuda_forward::impl::proj(const std::uint16_t* in, std::int64_t ldx, const b
     a.ldx = ldx;
     a.codes = wq.codes.as<std::uint8_t>();
     a.code_stride = wq.code_stride;
-    a.scale = wq.scale.as<std::uint16_t>();
+    a.scale = wq.scale.as<std::uint16_t>();  // null in tiles
     a.zero = wq.zero.as<std::uint16_t>();
+    a.scale_zero = wq.scale_zero.as<std::uint16_t>();  // null in rows
     a.group = wq.group;
     a.y = static_cast<unsigned char*>(out) + std::size_t(r * ldy) * out_size;
     a.ldy = ldy;

@@ -10,7 +10,9 @@
 #include "kernels/cuda/device.hpp"
 #include "kernels/cuda/elementwise.hpp"
 #include "kernels/cuda/int4_quantize.hpp"
+#include "kernels/cuda/int4_tiled.hpp"
 #include "kernels/int4_linear.hpp"
+#include "kernels/int4_tiled.hpp"
 #include "model/cuda_model_impl.hpp"
 #endif
 
@@ -40,8 +42,9 @@ namespace {
 
 cuda_model::cuda_model() = default;
 cuda_model::cuda_model(const model_config&, const model_weights&, int) { no_cuda(); }
-void cuda_model::make_draft(std::int64_t) { no_cuda(); }
+void cuda_model::make_draft(std::int64_t, kernels::cuda::int4_layout) { no_cuda(); }
 bool cuda_model::has_draft() const { return false; }
+kernels::cuda::int4_layout cuda_model::draft_layout() const { return kernels::cuda::int4_layout::rows; }
 std::size_t cuda_model::draft_bytes() const { return 0; }
 cuda_model cuda_model::random(const model_config&, std::uint64_t, int, float) { no_cuda(); }
 cuda_model::~cuda_model() = default;
@@ -224,7 +227,7 @@ cuda_model cuda_model::random(const model_config& config, std::uint64_t seed, in
   return m;
 }
 
-void cuda_model::make_draft(std::int64_t group) {
+void cuda_model::make_draft(std::int64_t group, kc::int4_layout layout) {
   auto& m = *impl_;
   if (m.draft_group != 0)
     throw std::logic_error("cuda_model::make_draft: the draft exists (group " + std::to_string(m.draft_group) + ")");
@@ -238,28 +241,66 @@ void cuda_model::make_draft(std::int64_t group) {
                                   " is not a multiple of 32");
   kc::set_device(m.device);
   kc::stream st;
+  const std::int64_t h = c.hidden_size, inter = c.intermediate_size;
+  const std::int64_t shapes[][2] = {{c.q_dim() + 2 * c.kv_dim(), h}, {h, c.q_dim()}, {2 * inter, h}, {h, inter}};
+  // Tiles: each projection is quantized into the row layout in scratch
+  // buffers sized for the largest one, then repacked on the device into its
+  // own buffers (the rows never reach host memory; the scratch is freed at
+  // the end, after the stream has drained).
+  buffer rows_codes, rows_scale, rows_zero;
+  if (layout == kc::int4_layout::tiles) {
+    std::int64_t codes = 0, scales = 0;
+    for (const auto& [out, in] : shapes) {
+      codes = std::max(codes, out * kernels::cpu::int4_code_stride(in));
+      scales = std::max(scales, out * ((in + group - 1) / group));
+    }
+    rows_codes = buffer(*m.alloc, std::size_t(codes));
+    rows_scale = buffer(*m.alloc, std::size_t(scales) * 2);
+    rows_zero = buffer(*m.alloc, std::size_t(scales) * 2);
+  }
   auto quantize = [&](const buffer& w, std::int64_t out, std::int64_t in, cuda_int4& q) {
     q.out = out;
     q.in = in;
     q.group = group;
-    q.code_stride = kernels::cpu::int4_code_stride(in);
+    q.layout = layout;
     const std::int64_t groups = (in + group - 1) / group;
-    q.codes = buffer(*m.alloc, std::size_t(out * q.code_stride));
-    q.scale = buffer(*m.alloc, std::size_t(out * groups) * 2);
-    q.zero = buffer(*m.alloc, std::size_t(out * groups) * 2);
+    const bool tiles = layout == kc::int4_layout::tiles;
     kc::int4_quantize_args a;
     a.w = w.as<std::uint16_t>();
     a.ldw = in;
-    a.codes = q.codes.as<std::uint8_t>();
-    a.code_stride = q.code_stride;
-    a.scale = q.scale.as<std::uint16_t>();
-    a.zero = q.zero.as<std::uint16_t>();
+    a.code_stride = kernels::cpu::int4_code_stride(in);
     a.out = out;
     a.in = in;
     a.group = group;
+    if (tiles) {
+      a.codes = rows_codes.as<std::uint8_t>();
+      a.scale = rows_scale.as<std::uint16_t>();
+      a.zero = rows_zero.as<std::uint16_t>();
+    } else {
+      q.code_stride = a.code_stride;
+      q.codes = buffer(*m.alloc, std::size_t(out * q.code_stride));
+      q.scale = buffer(*m.alloc, std::size_t(out * groups) * 2);
+      q.zero = buffer(*m.alloc, std::size_t(out * groups) * 2);
+      a.codes = q.codes.as<std::uint8_t>();
+      a.scale = q.scale.as<std::uint16_t>();
+      a.zero = q.zero.as<std::uint16_t>();
+    }
     kc::int4_quantize(a, st.get());
+    if (!tiles) return;
+    q.codes = buffer(*m.alloc, std::size_t(kernels::cpu::int4_tiled_code_bytes(out, in)));
+    q.scale_zero = buffer(*m.alloc, std::size_t(kernels::cpu::int4_tiled_scale_zero_size(out, in, group)) * 2);
+    kc::int4_tile_args t;
+    t.codes = a.codes;
+    t.code_stride = a.code_stride;
+    t.scale = a.scale;
+    t.zero = a.zero;
+    t.out = out;
+    t.in = in;
+    t.group = group;
+    t.tiled_codes = q.codes.as<std::uint8_t>();
+    t.tiled_scale_zero = q.scale_zero.as<std::uint16_t>();
+    kc::int4_tile(t, st.get());  // stream order: the next projection's quantize reuses the scratch after this
   };
-  const std::int64_t h = c.hidden_size, inter = c.intermediate_size;
   for (auto& l : m.layers) {
     quantize(l.wqkv, c.q_dim() + 2 * c.kv_dim(), h, l.wqkv_q);
     quantize(l.wo, h, c.q_dim(), l.wo_q);
@@ -268,9 +309,11 @@ void cuda_model::make_draft(std::int64_t group) {
   }
   st.synchronize();
   m.draft_group = group;
+  m.draft_layout = layout;
 }
 
 bool cuda_model::has_draft() const { return impl_->draft_group != 0; }
+kc::int4_layout cuda_model::draft_layout() const { return impl_->draft_layout; }
 
 std::size_t cuda_model::draft_bytes() const {
   std::size_t n = 0;

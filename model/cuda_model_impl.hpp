@@ -12,11 +12,14 @@
 namespace specpipe {
 
 // A 4-bit copy of one projection (kernels/int4_linear.hpp's format) for
-// QuantSpec's draft: codes [out][code_stride], f16 scale and zero [out][groups].
+// QuantSpec's draft. Rows: codes [out][code_stride], f16 scale and zero
+// [out][groups]. Tiles (kernels/int4_tiled.hpp, int4 GEMV version 7): the
+// tiled codes and scale_zero; scale and zero empty, code_stride 0.
 struct cuda_int4 {
-  buffer codes, scale, zero;
+  buffer codes, scale, zero, scale_zero;
   std::int64_t out = 0, in = 0, group = 0, code_stride = 0;
-  std::size_t bytes() const { return codes.size() + scale.size() + zero.size(); }
+  kernels::cuda::int4_layout layout = kernels::cuda::int4_layout::rows;
+  std::size_t bytes() const { return codes.size() + scale.size() + zero.size() + scale_zero.size(); }
 };
 
 struct cuda_layer {
@@ -40,6 +43,7 @@ struct cuda_model::impl {
   buffer inv_freq;    // f32 [head_dim / 2]
   std::vector<cuda_layer> layers;
   std::int64_t draft_group = 0;  // 0: no draft weights
+  kernels::cuda::int4_layout draft_layout = kernels::cuda::int4_layout::rows;
 
   const std::uint16_t* lm_head_ptr() const {
     return lm_head.data() ? lm_head.as<std::uint16_t>() : embed.as<std::uint16_t>();

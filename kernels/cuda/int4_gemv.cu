@@ -2,8 +2,9 @@
 //
 // At decode the product is bound by reading the codes once: n*k/2 bytes plus
 // 4 bytes of scale and zero per 128 weights, a quarter of the bf16 GEMV's
-// bytes. The layout is the CPU reference's (kernels/int4_linear.hpp): a row's
-// codes are contiguous, two per byte, so a lane's 16-byte load brings 32
+// bytes. The layout is the CPU reference's (kernels/int4_linear.hpp; v7
+// reads its tiled copy, kernels/int4_tiled.hpp, see below): a row's codes
+// are contiguous, two per byte, so a lane's 16-byte load brings 32
 // consecutive codes of one group (group is a multiple of 32). Nibbles become
 // floats by the exponent trick (2^23 + q as bits, minus 2^23: two full-rate
 // ops instead of a quarter-rate integer conversion), once per row and step,
@@ -12,6 +13,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <climits>
 #include <stdexcept>
 #include <string>
 
@@ -184,33 +186,49 @@ __device__ __forceinline__ unsigned offset_pair(unsigned word, int p) {
   return ((word >> (4 * p)) & 0x000F000Fu) | 0x43004300u;
 }
 
+// One 8-column word of rows g (a) and g + 8 (b) against the same 8 columns
+// of x (xw, 8 bf16 in column order): the offset product T into tt and the
+// sum of x into sx, on the tensor cores.
+__device__ __forceinline__ void word_products(float (&tt)[4], float (&sx)[4], unsigned a, unsigned b,
+                                              const uint4& xw) {
+  constexpr unsigned ones = 0x3F803F80u;  // bf16x2 (1, 1)
+  // Two bf16 per x word, paired (c, c + 4) to match offset_pair: low halves
+  // of (x.x, x.z) = columns 0, 4; ...
+  const unsigned x0 = __byte_perm(xw.x, xw.z, 0x5410), x1 = __byte_perm(xw.x, xw.z, 0x7632);
+  const unsigned x2 = __byte_perm(xw.y, xw.w, 0x5410), x3 = __byte_perm(xw.y, xw.w, 0x7632);
+  mma_bf16(tt, offset_pair(a, 0), offset_pair(b, 0), offset_pair(a, 1), offset_pair(b, 1), x0, x1);
+  mma_bf16(tt, offset_pair(a, 2), offset_pair(b, 2), offset_pair(a, 3), offset_pair(b, 3), x2, x3);
+  mma_bf16(sx, ones, ones, ones, ones, x0, x1);
+  mma_bf16(sx, ones, ones, ones, ones, x2, x3);
+}
+
+// acc += s T + (z - 128 s) sum x with the f16 scale and zero of row g
+// (sa, za) and row g + 8 (sb, zb): C rows g and g + 8, columns 2t and
+// 2t + 1 (x rows).
+__device__ __forceinline__ void scale_products(float (&acc)[4], const float (&tt)[4], const float (&sx)[4],
+                                               unsigned short sa_raw, unsigned short za_raw, unsigned short sb_raw,
+                                               unsigned short zb_raw) {
+  const float sa = __half2float(__ushort_as_half(sa_raw)), za = __half2float(__ushort_as_half(za_raw));
+  const float sb = __half2float(__ushort_as_half(sb_raw)), zb = __half2float(__ushort_as_half(zb_raw));
+  acc[0] += sa * tt[0] + (za - 128.f * sa) * sx[0];
+  acc[1] += sa * tt[1] + (za - 128.f * sa) * sx[1];
+  acc[2] += sb * tt[2] + (zb - 128.f * sb) * sx[2];
+  acc[3] += sb * tt[3] + (zb - 128.f * sb) * sx[3];
+}
+
 // One 128-column chunk of rows g and g + 8 (codes wa, wb; scale and zero of
 // each in s_raw) against the lane's x columns at xc: the offset product T and
 // the chunk's sum of x on the tensor cores, then acc += s T + (z - 128 s) sum x.
 __device__ __forceinline__ void accumulate_chunk(float (&acc)[4], const uint4& wa, const uint4& wb,
                                           const unsigned short (&s_raw)[4], const bf16* xc, bool has_x) {
-  constexpr unsigned ones = 0x3F803F80u;  // bf16x2 (1, 1)
   float tt[4] = {0.f, 0.f, 0.f, 0.f}, sx[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const unsigned a = word_of(wa, i), b = word_of(wb, i);
-    // Columns 8i .. 8i + 7 of the lane's 32, two bf16 per word, paired
-    // (c, c + 4) to match offset_pair: low halves of (x.x, x.z) = columns 0, 4; ...
+    // Columns 8i .. 8i + 7 of the lane's 32.
     const uint4 xw = has_x ? __ldg(reinterpret_cast<const uint4*>(xc + 8 * i)) : make_uint4(0, 0, 0, 0);
-    const unsigned x0 = __byte_perm(xw.x, xw.z, 0x5410), x1 = __byte_perm(xw.x, xw.z, 0x7632);
-    const unsigned x2 = __byte_perm(xw.y, xw.w, 0x5410), x3 = __byte_perm(xw.y, xw.w, 0x7632);
-    mma_bf16(tt, offset_pair(a, 0), offset_pair(b, 0), offset_pair(a, 1), offset_pair(b, 1), x0, x1);
-    mma_bf16(tt, offset_pair(a, 2), offset_pair(b, 2), offset_pair(a, 3), offset_pair(b, 3), x2, x3);
-    mma_bf16(sx, ones, ones, ones, ones, x0, x1);
-    mma_bf16(sx, ones, ones, ones, ones, x2, x3);
+    word_products(tt, sx, word_of(wa, i), word_of(wb, i), xw);
   }
-  const float sa = __half2float(__ushort_as_half(s_raw[0])), za = __half2float(__ushort_as_half(s_raw[1]));
-  const float sb = __half2float(__ushort_as_half(s_raw[2])), zb = __half2float(__ushort_as_half(s_raw[3]));
-  // C rows g (weights ra) and g + 8 (rb), columns 2t and 2t + 1 (x rows).
-  acc[0] += sa * tt[0] + (za - 128.f * sa) * sx[0];
-  acc[1] += sa * tt[1] + (za - 128.f * sa) * sx[1];
-  acc[2] += sb * tt[2] + (zb - 128.f * sb) * sx[2];
-  acc[3] += sb * tt[3] + (zb - 128.f * sb) * sx[3];
+  scale_products(acc, tt, sx, s_raw[0], s_raw[1], s_raw[2], s_raw[3]);
 }
 
 // The block's 16 rows: each warp's partial sums over its chunks, merged in a
@@ -370,6 +388,104 @@ __global__ void __launch_bounds__(32 * mma_warps)
   mma_write_rows<OutF32>(part_s, acc, warp, g, t, row0, y, ldy, accumulate, m, n);
 }
 
+// v7: v2's products over the tiled layout (kernels/int4_tiled.hpp). In the
+// row layout each warp load touches 16 rows code_stride bytes apart, 64
+// bytes of each, and neither fewer instructions (v5) nor longer streams (v6)
+// lifted v2-v4 past 1.6 TB/s (NOTES.md). Here block b (tile b, 16 rows) reads
+// the contiguous band of its tile's chunks; warp w takes chunks w, w + 8,
+// ... as v2 does (U in flight, loaded before the PDL wait the first time),
+// each chunk as two contiguous 512-byte loads (lane L's 16 bytes at 16 L,
+// rows g, then rows g + 8 after 512 bytes), and its scales as one 8-byte
+// load per lane (sa, za, sb, zb) instead of four 2-byte ones from four
+// rows. Lane (g, t)'s word i of a chunk holds columns 32 i + 8 t .. + 7, so
+// its x is one 16-byte load per word at that column and each MMA's k values
+// lie in one 32-column slice. Whole (k and group multiples of 128): one
+// scale per chunk and row, the four words' products summed first as in v2.
+// Otherwise every word is scaled with its own group's scale and the last
+// chunk's words past k (zero codes, x not read) are skipped. Padding rows
+// (n not a multiple of 16) have zero codes and scales, are computed and
+// dropped by mma_write_rows. The merge over warps and the writes are v2's.
+// Chunks in flight per warp and blocks per SM the registers must allow:
+// v2's (4, 1), 96 registers, 2 blocks per SM. (2, 3) compiles to 72
+// registers without spills; (4, 3) spills (ptxas, sm_90).
+constexpr int tiled_unroll = 4;
+constexpr int tiled_min_blocks = 1;
+
+__device__ __forceinline__ unsigned short low_half(unsigned v) { return static_cast<unsigned short>(v & 0xFFFFu); }
+__device__ __forceinline__ unsigned short high_half(unsigned v) { return static_cast<unsigned short>(v >> 16); }
+
+// group_units: group / 128 (Whole: chunks per group) or group / 32 (words
+// per group); chunk and word indices fit in 32 bits (k < 2^31).
+template <bool OutF32, bool Whole, int U, int MINB>
+__global__ void __launch_bounds__(32 * mma_warps, MINB)
+    int4_gemv_tiled_kernel(const bf16* __restrict__ x, std::int64_t ldx, const uint4* __restrict__ codes,
+                           const uint2* __restrict__ scale_zero, std::int64_t groups, unsigned group_units,
+                           void* __restrict__ y, std::int64_t ldy, bool accumulate, int m,
+                           std::int64_t n, std::int64_t k) {
+  __shared__ float part_s[mma_warps][16][8];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const std::int64_t row0 = std::int64_t(blockIdx.x) * 16;
+  const std::int64_t chunks = (k + mma_chunk - 1) / mma_chunk;
+  // Chunk ch of the tile: ct[64 ch] (rows g), ct[64 ch + 32] (rows g + 8);
+  // group gi's scales and zeros: szt[8 gi].
+  const uint4* ct = codes + std::int64_t(blockIdx.x) * chunks * 64 + lane;
+  const uint2* szt = scale_zero + std::int64_t(blockIdx.x) * groups * 8 + g;
+  const bool has_x = g < m;
+  const bf16* xr = x + std::int64_t(has_x ? g : 0) * ldx + 8 * t;
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+
+  struct stage {
+    uint4 wa[U], wb[U];
+    uint2 sz[U];  // Whole only
+  };
+  auto load = [&](std::int64_t c0, stage& st) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const std::int64_t ch = min(c0 + std::int64_t(u) * mma_warps, chunks - 1);
+      st.wa[u] = __ldcs(ct + 64 * ch);
+      st.wb[u] = __ldcs(ct + 64 * ch + 32);
+      if constexpr (Whole) st.sz[u] = __ldg(szt + 8 * std::int64_t(unsigned(ch) / group_units));
+    }
+  };
+  std::int64_t c0 = warp;
+  stage cur;
+  if (c0 < chunks) load(c0, cur);
+  detail::grid_dependency_wait();  // x (and y, accumulated) come from the kernels before
+  for (; c0 < chunks; c0 += std::int64_t(U) * mma_warps) {
+    if (c0 != warp) load(c0, cur);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const std::int64_t ch = c0 + std::int64_t(u) * mma_warps;
+      if (ch >= chunks) break;
+      const bf16* xc = xr + ch * mma_chunk;
+      if constexpr (Whole) {
+        float tt[4] = {0.f, 0.f, 0.f, 0.f}, sx[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const uint4 xw = has_x ? __ldg(reinterpret_cast<const uint4*>(xc + 32 * i)) : make_uint4(0, 0, 0, 0);
+          word_products(tt, sx, word_of(cur.wa[u], i), word_of(cur.wb[u], i), xw);
+        }
+        const uint2 sz = cur.sz[u];
+        scale_products(acc, tt, sx, low_half(sz.x), high_half(sz.x), low_half(sz.y), high_half(sz.y));
+      } else {
+        const std::int64_t words = min(std::int64_t(4), (k - ch * mma_chunk) / 32);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          if (i >= words) break;
+          float tt[4] = {0.f, 0.f, 0.f, 0.f}, sx[4] = {0.f, 0.f, 0.f, 0.f};
+          const uint4 xw = has_x ? __ldg(reinterpret_cast<const uint4*>(xc + 32 * i)) : make_uint4(0, 0, 0, 0);
+          word_products(tt, sx, word_of(cur.wa[u], i), word_of(cur.wb[u], i), xw);
+          const unsigned gi = (unsigned(ch) * 4u + unsigned(i)) / group_units;
+          const uint2 sz = __ldg(szt + 8 * std::int64_t(gi));
+          scale_products(acc, tt, sx, low_half(sz.x), high_half(sz.x), low_half(sz.y), high_half(sz.y));
+        }
+      }
+    }
+  }
+  mma_write_rows<OutF32>(part_s, acc, warp, g, t, row0, y, ldy, accumulate, m, n);
+}
+
 template <bool OutF32>
 void launch_staged(const int4_gemv_args& a, cudaStream_t s) {
   const dim3 grid(unsigned((a.n + 15) / 16));
@@ -391,6 +507,18 @@ void launch_mma(const int4_gemv_args& a, cudaStream_t s) {
       reinterpret_cast<const bf16*>(a.x), a.ldx, a.codes, a.code_stride,
       reinterpret_cast<const unsigned short*>(a.scale), reinterpret_cast<const unsigned short*>(a.zero), a.group,
       groups, a.y, a.ldy, a.accumulate, int(a.m), a.n, a.k);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <bool OutF32, bool Whole>
+void launch_tiled(const int4_gemv_args& a, cudaStream_t s) {
+  const dim3 grid(unsigned((a.n + 15) / 16));
+  const std::int64_t groups = (a.k + a.group - 1) / a.group;
+  detail::launch_kernel(int4_gemv_tiled_kernel<OutF32, Whole, tiled_unroll, tiled_min_blocks>, grid,
+                        dim3(32 * mma_warps), 0, s, a.dependent, reinterpret_cast<const bf16*>(a.x), a.ldx,
+                        reinterpret_cast<const uint4*>(a.codes), reinterpret_cast<const uint2*>(a.scale_zero),
+                        groups, unsigned(a.group / (Whole ? mma_chunk : 32)), a.y, a.ldy, a.accumulate, int(a.m),
+                        a.n, a.k);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -419,26 +547,51 @@ void launch_m(const int4_gemv_args& a, cudaStream_t s) {
 }  // namespace
 
 bool int4_gemv_supported(const int4_gemv_args& a) {
-  const auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
-  return a.m >= 1 && a.m <= int4_gemv_max_rows && a.k > 0 && a.k % 32 == 0 && a.group > 0 && a.group % 32 == 0 &&
-         a.code_stride % 16 == 0 && a.code_stride >= a.k / 2 && a.ldx % 8 == 0 && aligned(a.x) && aligned(a.codes);
+  const auto aligned = [](const void* p, std::uintptr_t n) { return reinterpret_cast<std::uintptr_t>(p) % n == 0; };
+  const bool common = a.m >= 1 && a.m <= int4_gemv_max_rows && a.k > 0 && a.k % 32 == 0 && a.group > 0 &&
+                      a.group % 32 == 0 && a.ldx % 8 == 0 && aligned(a.x, 16) && aligned(a.codes, 16);
+  if (int4_gemv_layout(a.version) == int4_layout::tiles)
+    return common && a.k <= INT_MAX && aligned(a.scale_zero, 8);  // the kernel's word index is 32-bit
+  return common && a.code_stride % 16 == 0 && a.code_stride >= a.k / 2;
 }
 
 void int4_gemv(const int4_gemv_args& a, stream_t s) {
-  if (a.n <= 0 || a.k <= 0 || a.m < 0 || a.ldx < a.k || a.ldy < a.n || !a.scale || !a.zero || !a.codes || !a.y)
+  const bool tiles = int4_gemv_layout(a.version) == int4_layout::tiles;
+  if (a.n <= 0 || a.k <= 0 || a.m < 0 || a.ldx < a.k || a.ldy < a.n || (!tiles && (!a.scale || !a.zero)) ||
+      !a.codes || !a.y)
     throw std::invalid_argument("int4_gemv: bad shape or missing pointers: m=" + std::to_string(a.m) + " n=" +
                                 std::to_string(a.n) + " k=" + std::to_string(a.k) + " ldx=" + std::to_string(a.ldx) +
                                 " ldy=" + std::to_string(a.ldy));
+  // The layouts cannot be told apart by their bytes: the pointers say which one the caller holds.
+  if (tiles && (!a.scale_zero || a.scale || a.zero))
+    throw std::invalid_argument("int4_gemv: version 7 reads the tiled layout (kernels/int4_tiled.hpp): it needs "
+                                "scale_zero and takes no row-layout scale or zero");
+  if (!tiles && a.scale_zero)
+    throw std::invalid_argument("int4_gemv: version " + std::to_string(a.version) +
+                                " reads the row layout; scale_zero is the tiled layout's (version 7)");
   if (a.accumulate && a.out != gemm_out::f32) throw std::invalid_argument("int4_gemv: accumulate needs an f32 output");
   if (a.out == gemm_out::swiglu)
     throw std::invalid_argument("int4_gemv: the SwiGLU output is the bf16 GEMV's only; run swiglu after");
   if (a.m == 0) return;
+  if (tiles && !int4_gemv_supported(a))
+    throw std::invalid_argument("int4_gemv: version 7 needs 1 <= m <= 8, k and group multiples of 32, k < 2^31, "
+                                "ldx a multiple of 8, 16-byte aligned x and codes and 8-byte aligned scale_zero; got "
+                                "m=" + std::to_string(a.m) + " k=" + std::to_string(a.k) + " group=" +
+                                std::to_string(a.group) + " ldx=" + std::to_string(a.ldx));
   if (!int4_gemv_supported(a))
     throw std::invalid_argument("int4_gemv: needs 1 <= m <= 8, k and group multiples of 32, code_stride a multiple "
                                 "of 16 holding k/2 bytes, ldx a multiple of 8 and 16-byte aligned x and codes; got m=" +
                                 std::to_string(a.m) + " k=" + std::to_string(a.k) + " group=" +
                                 std::to_string(a.group) + " code_stride=" + std::to_string(a.code_stride) +
                                 " ldx=" + std::to_string(a.ldx));
+  if (tiles) {
+    const bool f32 = a.out == gemm_out::f32, whole = a.k % mma_chunk == 0 && a.group % mma_chunk == 0;
+    if (f32 && whole) launch_tiled<true, true>(a, as_stream(s));
+    else if (f32) launch_tiled<true, false>(a, as_stream(s));
+    else if (whole) launch_tiled<false, true>(a, as_stream(s));
+    else launch_tiled<false, false>(a, as_stream(s));
+    return;
+  }
   if (a.version != 1 && a.k % mma_chunk == 0 && a.group % mma_chunk == 0) {
     const bool f32 = a.out == gemm_out::f32;
     if (a.version == 4) {

@@ -3,7 +3,8 @@
 // format, byte for byte): y = x W^^T with bf16 activations x [m, k] (row
 // stride ldx), packed codes [n][code_stride] and f16 scale/zero [n][groups],
 // f32 accumulation, y [m, n] (row stride ldy) in bf16 or f32, optionally added
-// to (f32 only). The CPU reference is kernels::cpu::int4_linear.
+// to (f32 only). Version 7 reads the same weights repacked into tiles
+// (kernels/int4_tiled.hpp). The CPU reference is kernels::cpu::int4_linear.
 #include <cstdint>
 
 #include "kernels/cuda/cuda_error.hpp"
@@ -14,10 +15,15 @@ namespace specpipe::kernels::cuda {
 struct int4_gemv_args {
   const std::uint16_t* x = nullptr;  // bf16
   std::int64_t ldx = 0;
+  // Versions 1-4: the row layout. Version 7: the tiled codes
+  // (kernels/int4_tiled.hpp), code_stride unused.
   const std::uint8_t* codes = nullptr;
   std::int64_t code_stride = 0;         // bytes per row
-  const std::uint16_t* scale = nullptr;  // f16 [n][groups]
+  const std::uint16_t* scale = nullptr;  // f16 [n][groups]; versions 1-4
   const std::uint16_t* zero = nullptr;
+  // Version 7 only, instead of scale and zero: the tiled f16 (scale, zero)
+  // pairs, 8-byte aligned (kernels::cpu::tile_int4 or kernels::cuda::int4_tile).
+  const std::uint16_t* scale_zero = nullptr;
   std::int64_t group = 128;
   void* y = nullptr;
   std::int64_t ldy = 0;
@@ -27,26 +33,34 @@ struct int4_gemv_args {
   // 2 (default), 3 and 4: the tensor-core kernel where k and group are
   // multiples of 128 (v2: 4 chunks in flight per warp in registers, v3: 2
   // and more resident blocks, v4: 3 chunks in flight per warp through
-  // shared memory by cp.async), else v1; 1: always v1 (CUDA-core FMAs). The
-  // bench times each (--kernels --gemv-only).
+  // shared memory by cp.async), else v1; 1: always v1 (CUDA-core FMAs).
+  // 7: v2's products over the tiled layout, every warp load one contiguous
+  // 512-byte piece; any k and group that are multiples of 32 (no fallback:
+  // the layout is v7's only). The bench times each (--kernels --gemv-only).
   int version = 2;
   bool dependent = false;  // a programmatic dependent launch (kernels/cuda/launch.cuh)
 };
 
 constexpr std::int64_t int4_gemv_max_rows = 8;
 
+// The code layout a version reads: the rows of kernels/int4_linear.hpp
+// (1-4) or the tiles of kernels/int4_tiled.hpp (7).
+enum class int4_layout : std::uint8_t { rows, tiles };
+constexpr int4_layout int4_gemv_layout(int version) { return version == 7 ? int4_layout::tiles : int4_layout::rows; }
+
 // True when the kernel can run these arguments: 1 <= m <= 8; k and group
-// multiples of 32 (a lane's 32 codes lie in one group); code_stride a
-// multiple of 16 and at least k / 2; ldx a multiple of 8; x and codes
-// 16-byte aligned.
+// multiples of 32 (a lane's 32 codes lie in one group); ldx a multiple of 8;
+// x and codes 16-byte aligned; rows: code_stride a multiple of 16 and at
+// least k / 2; tiles: k < 2^31 and scale_zero 8-byte aligned.
 bool int4_gemv_supported(const int4_gemv_args& a);
 
 // v1: each warp streams two rows of codes with 16-byte loads (32 codes per
 // lane, four loads per row in flight), unpacks the nibbles once and serves
 // all m inputs from them: y += z * sum(x) + s * sum(x * q) per group. v2
 // (k and group multiples of 128): the products on the tensor cores, see
-// int4_gemv.cu. Launches on `s`, allocates nothing; throws
-// std::invalid_argument when unsupported.
+// int4_gemv.cu; v7 the same over the tiled layout. Launches on `s`,
+// allocates nothing; throws std::invalid_argument when unsupported or when
+// the pointers do not match the version's layout.
 void int4_gemv(const int4_gemv_args& a, stream_t s);
 
 }  // namespace specpipe::kernels::cuda

@@ -1,13 +1,18 @@
 // The draft's 4-bit weight GEMV on the GPU against the CPU reference
 // (kernels::cpu::int4_linear) on the same packed bytes: decode batches 1..8,
-// bf16 and f32 outputs, the fused residual accumulate, odd row counts.
+// bf16 and f32 outputs, the fused residual accumulate, odd row counts. Every
+// case also runs version 7 over the tiled copy, repacked on the device
+// (kernels::cuda::int4_tile, checked byte for byte against
+// kernels::cpu::tile_int4 on the way).
 #include <gtest/gtest.h>
 
 #include "kernels/int4_linear.hpp"
+#include "kernels/int4_tiled.hpp"
 #include "tests/kernels/cuda_test_util.hpp"
 
 #ifdef SPECPIPE_HAVE_CUDA
 #include "kernels/cuda/int4_gemv.hpp"
+#include "kernels/cuda/int4_tiled.hpp"
 #endif
 
 namespace specpipe::test {
@@ -39,21 +44,46 @@ void run_case(allocator& dev, std::int64_t m, std::int64_t n, std::int64_t k, st
   kcpu::int4_linear(ra);
 
   // Every version on the same inputs (v2, v3 and v4 where k and group are
-  // multiples of 128, else they fall back to v1).
-  for (const int version : {1, 2, 3, 4}) {
+  // multiples of 128, else they fall back to v1; v7 on the tiled copy).
+  const kcpu::int4_tiled_weights tq = kcpu::tile_int4(q.view());
+  for (const int version : {1, 2, 3, 4, 7}) {
     dev_array<std::uint16_t> dx(dev, to_bf16(x));
     dev_array<std::uint8_t> dcodes(dev, q.codes);
     dev_array<std::uint16_t> dscale(dev, q.scale), dzero(dev, q.zero);
     dev_array<float> dyf(dev, y0);
     dev_array<std::uint16_t> dyb(dev, std::size_t(m * ldy));
+    // Poisoned, so the repack must write every byte.
+    dev_array<std::uint8_t> dtcodes(dev, tq.codes.size());
+    dev_array<std::uint16_t> dtsz(dev, tq.scale_zero.size());
     kc::int4_gemv_args a;
     a.version = version;
     a.x = dx.get();
     a.ldx = ldx;
-    a.codes = dcodes.get();
-    a.code_stride = q.code_stride;
-    a.scale = dscale.get();
-    a.zero = dzero.get();
+    if (version == 7) {
+      kc::int4_tile_args ta;
+      ta.codes = dcodes.get();
+      ta.code_stride = q.code_stride;
+      ta.scale = dscale.get();
+      ta.zero = dzero.get();
+      ta.out = n;
+      ta.in = k;
+      ta.group = group;
+      ta.tiled_codes = dtcodes.get();
+      ta.tiled_scale_zero = dtsz.get();
+      kc::int4_tile(ta, nullptr);
+      // (cuda_int4_tiled_test.cpp says where a difference is.)
+      ASSERT_TRUE(dtcodes.download() == tq.codes) << "int4_tile codes n=" << n << " k=" << k << " group=" << group;
+      ASSERT_TRUE(dtsz.download() == tq.scale_zero)
+          << "int4_tile scale_zero n=" << n << " k=" << k << " group=" << group;
+      ASSERT_TRUE(dtcodes.sentinel_intact() && dtsz.sentinel_intact()) << "int4_tile wrote past its outputs";
+      a.codes = dtcodes.get();
+      a.scale_zero = dtsz.get();
+    } else {
+      a.codes = dcodes.get();
+      a.code_stride = q.code_stride;
+      a.scale = dscale.get();
+      a.zero = dzero.get();
+    }
     a.group = group;
     a.y = out == kc::gemm_out::f32 ? static_cast<void*>(dyf.get()) : static_cast<void*>(dyb.get());
     a.ldy = ldy;
@@ -62,7 +92,7 @@ void run_case(allocator& dev, std::int64_t m, std::int64_t n, std::int64_t k, st
     a.m = m;
     a.n = n;
     a.k = k;
-    a.dependent = version == 2;  // a programmatic dependent launch: same results
+    a.dependent = version == 2 || version == 7;  // a programmatic dependent launch: same results
     ASSERT_TRUE(kc::int4_gemv_supported(a));
     kc::int4_gemv(a, nullptr);
 
@@ -101,6 +131,15 @@ TEST_F(cuda_int4_gemv, accumulates_into_f32_and_takes_small_groups) {
   run_case(*dev_, 8, 17, 96, 32, kc::gemm_out::bf16, false, 503);
 }
 
+TEST_F(cuda_int4_gemv, takes_any_k_and_group_that_are_multiples_of_32) {
+  // v7's per-word scales: groups that are not powers of two, k not a
+  // multiple of 128 (the last chunk's padding words), two chunks per group.
+  run_case(*dev_, 3, 45, 480, 160, kc::gemm_out::f32, true, 504);
+  run_case(*dev_, 2, 31, 384, 96, kc::gemm_out::bf16, false, 505);
+  run_case(*dev_, 5, 40, 1024, 256, kc::gemm_out::f32, false, 506);
+  run_case(*dev_, 1, 16, 32, 32, kc::gemm_out::bf16, false, 507);
+}
+
 TEST_F(cuda_int4_gemv, llama_shapes_match) {
   // q_proj and down_proj of the 7B/8B shapes, one row of x.
   run_case(*dev_, 1, 4096, 4096, 128, kc::gemm_out::f32, false, 601);
@@ -122,6 +161,45 @@ TEST_F(cuda_int4_gemv, unsupported_shapes_are_refused) {
   a.y = dummy;
   EXPECT_FALSE(kc::int4_gemv_supported(a));
   EXPECT_THROW(kc::int4_gemv(a, nullptr), std::invalid_argument);
+}
+
+TEST_F(cuda_int4_gemv, layout_mismatches_are_refused) {
+  alignas(16) std::uint8_t dummy[64] = {};
+  kc::int4_gemv_args a;
+  a.m = 1;
+  a.n = 4;
+  a.k = 128;
+  a.ldx = 128;
+  a.ldy = 4;
+  a.code_stride = 64;
+  a.x = reinterpret_cast<const std::uint16_t*>(dummy);
+  a.codes = dummy;
+  a.y = dummy;
+  const auto* h = reinterpret_cast<const std::uint16_t*>(dummy);
+  // v7 without the tiled scales, or with the row layout's.
+  a.version = 7;
+  EXPECT_THROW(kc::int4_gemv(a, nullptr), std::invalid_argument);
+  a.scale = a.zero = h;
+  EXPECT_THROW(kc::int4_gemv(a, nullptr), std::invalid_argument);
+  a.scale_zero = h;
+  EXPECT_THROW(kc::int4_gemv(a, nullptr), std::invalid_argument);
+  // The row layout's versions with the tiled scales.
+  a.version = 2;
+  EXPECT_THROW(kc::int4_gemv(a, nullptr), std::invalid_argument);
+  // v7 with an unaligned scale_zero, or k not a multiple of 32.
+  a.version = 7;
+  a.scale = a.zero = nullptr;
+  a.scale_zero = h + 1;
+  EXPECT_FALSE(kc::int4_gemv_supported(a));
+  EXPECT_THROW(kc::int4_gemv(a, nullptr), std::invalid_argument);
+  a.scale_zero = h;
+  EXPECT_TRUE(kc::int4_gemv_supported(a));
+  a.k = 100;
+  a.ldx = 104;
+  EXPECT_FALSE(kc::int4_gemv_supported(a));
+  EXPECT_THROW(kc::int4_gemv(a, nullptr), std::invalid_argument);
+  EXPECT_EQ(kc::int4_gemv_layout(7), kc::int4_layout::tiles);
+  EXPECT_EQ(kc::int4_gemv_layout(2), kc::int4_layout::rows);
 }
 #else
 TEST_F(cuda_int4_gemv, skipped_without_cuda) {}
