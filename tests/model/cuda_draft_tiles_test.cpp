@@ -52,11 +52,13 @@ TEST_F(cuda_draft_tiles_test, the_tiled_draft_gives_the_row_drafts_logits) {
   const std::size_t V = std::size_t(c.vocab_size);
   for (const std::int64_t group : {std::int64_t(32), std::int64_t(128)}) {
     SCOPED_TRACE("group " + std::to_string(group));
-    // At G=128 both read with the same MMA sums. At G=32 the row draft runs
-    // v1 (CUDA-core sums in another order), and a last-bit difference can
-    // flip a bf16 activation between layers (4e-3 relative): the H200
-    // measured 3.6e-3 .. 5.2e-3 there. A wrong scale or code is far above.
-    const double bound = group == 128 ? 1e-3 : 1e-2;
+    // The row draft runs v2 only where k and the group are multiples of 128,
+    // else v1 (CUDA-core sums in another order): at G=32 everywhere, at
+    // G=128 in the down projection (k = 704). A last-bit difference there
+    // can flip a bf16 activation between layers (4e-3 relative): the H200
+    // measured 2.8e-3 .. 5.4e-3 at both groups. A wrong scale or code is
+    // far above; the GPU draft against the CPU's is held to 2e-2.
+    const double bound = 1e-2;
     cuda_model rows(c, w.w), tiles(c, w.w);
     rows.make_draft(group, kc::int4_layout::rows);
     tiles.make_draft(group, kc::int4_layout::tiles);
