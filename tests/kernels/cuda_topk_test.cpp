@@ -73,6 +73,27 @@ void compare(const std::vector<std::int32_t>& gpos, const std::vector<std::int32
     }
 }
 
+// The launch arguments over device arrays: rows of `stride` values per head,
+// their lengths and excluded positions, k positions and a count out.
+kc::topk_args device_args(const float* values, int stride, const std::int32_t* len, const std::int32_t* exclude,
+                          int rows, int heads, int kv, int k, std::int32_t* positions, std::int32_t* count,
+                          float* scratch) {
+  kc::topk_args a;
+  a.values = values;
+  a.stride = stride;
+  a.row_len = len;
+  a.row_exclude = exclude;
+  a.rows = rows;
+  a.n_heads = heads;
+  a.n_kv_heads = kv;
+  a.k = k;
+  a.positions = positions;
+  a.count = count;
+  a.scratch = scratch;
+  a.max_len = stride;
+  return a;
+}
+
 void ties_and_exclusions(allocator& dev, int stride, const std::vector<row_case>& rows, unsigned seed) {
   const int heads = 8, kv = 2;
   std::mt19937 rng(seed);
@@ -110,19 +131,8 @@ void ties_and_exclusions(allocator& dev, int stride, const std::vector<row_case>
         std::vector<std::vector<std::int64_t>> pos, cnt;
         cpu_topk(probs, rows, heads, kv, stride, k, pos, cnt);
         dev_array<std::int32_t> gp(dev, rows.size() * std::size_t(kv * k)), gc(dev, rows.size() * std::size_t(kv));
-        kc::topk_args a;
-        a.values = pd.get();
-        a.stride = stride;
-        a.row_len = ld.get();
-        a.row_exclude = ed.get();
-        a.rows = int(rows.size());
-        a.n_heads = heads;
-        a.n_kv_heads = kv;
-        a.k = k;
-        a.positions = gp.get();
-        a.count = gc.get();
-        a.scratch = scratch.get();
-        a.max_len = stride;
+        kc::topk_args a = device_args(pd.get(), stride, ld.get(), ed.get(), int(rows.size()), heads, kv, k, gp.get(),
+                                      gc.get(), scratch.get());
         a.fixed_digits = fixed;
         kc::topk_gqa(a, nullptr);
         compare(gp.download(), gc.download(), pos, cnt, kv, k, what);
@@ -177,20 +187,9 @@ TEST_F(cuda_topk, from_raw_scores_and_the_combine_statistics) {
   // ... and the top-k straight from the scores.
   dev_array<float> scratch(*dev_, kc::topk_scratch_floats(int(rows.size()), kv, stride));
   dev_array<std::int32_t> gp(*dev_, rows.size() * std::size_t(kv * k)), gc(*dev_, rows.size() * std::size_t(kv));
-  kc::topk_args a;
-  a.values = sd.get();
-  a.stride = stride;
+  kc::topk_args a = device_args(sd.get(), stride, ld.get(), ed.get(), int(rows.size()), heads, kv, k, gp.get(),
+                                gc.get(), scratch.get());
   a.ml = mld.get();
-  a.row_len = ld.get();
-  a.row_exclude = ed.get();
-  a.rows = int(rows.size());
-  a.n_heads = heads;
-  a.n_kv_heads = kv;
-  a.k = k;
-  a.positions = gp.get();
-  a.count = gc.get();
-  a.scratch = scratch.get();
-  a.max_len = stride;
   kc::topk_gqa(a, nullptr);
   compare(gp.download(), gc.download(), pos, cnt, kv, k, "from scores");
   // The same statistics interleaved with another entry's (SpeCache's real
