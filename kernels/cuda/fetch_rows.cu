@@ -11,10 +11,15 @@
 namespace specpipe::kernels::cuda {
 namespace {
 
-constexpr int kThreads = 256;
 constexpr int kMaxK = 1024;
-constexpr int kLoads = 8;  // 16-byte loads in flight per thread
 
+// kThreads x kLoads 16-byte loads in flight per block. Few (row, head)
+// pairs (small batches): 256 threads x 8, so that the few blocks still have
+// many reads in flight. Many (SpeCache at its largest batch: 632 blocks a
+// layer): 64 x 16, a quarter of the warps for the same bytes in flight per
+// block, since the link, not the warps, sets the rate (the gather sweep of
+// NOTES.md) and the layers' kernels run beside on the same SMs.
+template <int kThreads, int kLoads>
 __global__ void __launch_bounds__(kThreads) fetch_rows_kernel(fetch_rows_args a) {
   const int h = blockIdx.x, r = blockIdx.y;
   const int nkv = a.n_kv_heads;
@@ -110,7 +115,11 @@ void fetch_rows(const fetch_rows_args& a, stream_t s) {
   if (a.head_dim < 8 || a.head_dim % 8 != 0)
     fail("head_dim must be a positive multiple of 8, got " + std::to_string(a.head_dim));
   if (!aligned(a.store) || !aligned(a.k_rows) || !aligned(a.v_rows)) fail("store and rows must be 16-byte aligned");
-  fetch_rows_kernel<<<dim3(unsigned(a.n_kv_heads), unsigned(a.rows)), kThreads, 0, as_stream(s)>>>(a);
+  const dim3 grid(unsigned(a.n_kv_heads), unsigned(a.rows));
+  if (std::int64_t(a.n_kv_heads) * a.rows >= fetch_rows_many_blocks)
+    fetch_rows_kernel<64, 16><<<grid, 64, 0, as_stream(s)>>>(a);
+  else
+    fetch_rows_kernel<256, 8><<<grid, 256, 0, as_stream(s)>>>(a);
   CUDA_CHECK_LAUNCH();
 }
 

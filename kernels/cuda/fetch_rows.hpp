@@ -15,6 +15,11 @@ namespace specpipe::kernels::cuda {
 // 8, k at most 1024, 16-byte aligned store and rows) and launches on `s`.
 void fetch_rows(const fetch_rows_args& a, stream_t s);
 
+// From this many (row, KV head) blocks on, fetch_rows launches blocks of 64
+// threads (16 loads each) instead of 256 (8 each): the same bytes in flight
+// per block with a quarter of the warps.
+constexpr int fetch_rows_many_blocks = 256;
+
 // The twin of kernels::cpu::count_hits: one warp per (row, KV head), a
 // binary search per needed position, one atomic add per warp.
 void count_hits(const count_hits_args& a, stream_t s);

@@ -108,6 +108,10 @@ TEST_F(cuda_fetch_rows, matches_cpu_on_random_sets) {
   run_case(*dev_, 2, 2, 1, 128, 1024, 2048, 2048, ++seed);  // the kernel's largest k
   run_case(*dev_, 5, 2, 4, 128, 33, 100, 1000, ++seed);     // positions alias modulo the store
   run_case(*dev_, 2, 2, 2, 128, 16, 10, 5, ++seed);         // fewer candidates than k
+  // From kc::fetch_rows_many_blocks (row, head) pairs on: the 64-thread blocks.
+  run_case(*dev_, 40, 32, 8, 128, 64, 3000, 2900, ++seed);
+  run_case(*dev_, 64, 64, 4, 128, 1024, 1100, 1100, ++seed);
+  run_case(*dev_, 40, 37, 8, 64, 33, 100, 1000, ++seed);
 #endif
 }
 
