@@ -259,6 +259,30 @@ __device__ __forceinline__ void mma_write_rows(float (&part_s)[mma_warps][16][8]
   }
 }
 
+// The warp's chunks warp, warp + mma_warps, ... taken U at a time into a
+// Stage by load(c0, stage): the first U before the grid dependency wait
+// (weights are constants of the model: they stream in while the kernel that
+// writes x drains), later ones at the top of their iteration; body(stage, u,
+// chunk) for each. (Loading the next iteration's chunks before computing the
+// current ones, two stages in registers, cost occupancy and measured 25%
+// slower in v2.) v2 and v7 share it.
+template <int U, class Stage, class Load, class Body>
+__device__ __forceinline__ void for_warp_chunks(int warp, std::int64_t chunks, Load&& load, Body&& body) {
+  std::int64_t c0 = warp;
+  Stage cur;
+  if (c0 < chunks) load(c0, cur);
+  detail::grid_dependency_wait();  // x (and y, accumulated) come from the kernels before
+  for (; c0 < chunks; c0 += std::int64_t(U) * mma_warps) {
+    if (c0 != warp) load(c0, cur);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const std::int64_t ch = c0 + std::int64_t(u) * mma_warps;
+      if (ch >= chunks) break;
+      body(cur, u, ch);
+    }
+  }
+}
+
 template <bool OutF32, int U, int MINB>
 __global__ void __launch_bounds__(32 * mma_warps, MINB)
     int4_gemv_mma_kernel(const bf16* __restrict__ x, std::int64_t ldx, const std::uint8_t* __restrict__ codes,
@@ -299,24 +323,9 @@ __global__ void __launch_bounds__(32 * mma_warps, MINB)
       st.s_raw[u][3] = __ldg(zero + rb * groups + gi);
     }
   };
-  // Weights are constants of the model: the first chunks stream in before
-  // waiting for the kernel that writes x (a dependent launch starts while it
-  // drains); later iterations load theirs at the top, as before. (Loading
-  // the next iteration's chunks before computing the current ones, two
-  // stages in registers, cost occupancy and measured 25% slower.)
-  std::int64_t c0 = warp;
-  stage cur;
-  if (c0 < chunks) load(c0, cur);
-  detail::grid_dependency_wait();  // x (and y, accumulated) come from the kernels before
-  for (; c0 < chunks; c0 += std::int64_t(U) * mma_warps) {
-    if (c0 != warp) load(c0, cur);
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const std::int64_t ch = c0 + std::int64_t(u) * mma_warps;
-      if (ch >= chunks) break;
-      accumulate_chunk(acc, cur.wa[u], cur.wb[u], cur.s_raw[u], xr + ch * mma_chunk + 32 * t, has_x);
-    }
-  }
+  for_warp_chunks<U, stage>(warp, chunks, load, [&](const stage& cur, int u, std::int64_t ch) {
+    accumulate_chunk(acc, cur.wa[u], cur.wb[u], cur.s_raw[u], xr + ch * mma_chunk + 32 * t, has_x);
+  });
   mma_write_rows<OutF32>(part_s, acc, warp, g, t, row0, y, ldy, accumulate, m, n);
 }
 // v4: the same products with the codes staged through shared memory by
@@ -448,41 +457,31 @@ __global__ void __launch_bounds__(32 * mma_warps, MINB)
       if constexpr (Whole) st.sz[u] = __ldg(szt + 8 * std::int64_t(unsigned(ch) / group_units));
     }
   };
-  std::int64_t c0 = warp;
-  stage cur;
-  if (c0 < chunks) load(c0, cur);
-  detail::grid_dependency_wait();  // x (and y, accumulated) come from the kernels before
-  for (; c0 < chunks; c0 += std::int64_t(U) * mma_warps) {
-    if (c0 != warp) load(c0, cur);
+  for_warp_chunks<U, stage>(warp, chunks, load, [&](const stage& cur, int u, std::int64_t ch) {
+    const bf16* xc = xr + ch * mma_chunk;
+    if constexpr (Whole) {
+      float tt[4] = {0.f, 0.f, 0.f, 0.f}, sx[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const std::int64_t ch = c0 + std::int64_t(u) * mma_warps;
-      if (ch >= chunks) break;
-      const bf16* xc = xr + ch * mma_chunk;
-      if constexpr (Whole) {
+      for (int i = 0; i < 4; ++i) {
+        const uint4 xw = has_x ? __ldg(reinterpret_cast<const uint4*>(xc + 32 * i)) : make_uint4(0, 0, 0, 0);
+        word_products(tt, sx, word_of(cur.wa[u], i), word_of(cur.wb[u], i), xw);
+      }
+      const uint2 sz = cur.sz[u];
+      scale_products(acc, tt, sx, low_half(sz.x), high_half(sz.x), low_half(sz.y), high_half(sz.y));
+    } else {
+      const std::int64_t words = min(std::int64_t(4), (k - ch * mma_chunk) / 32);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        if (i >= words) break;
         float tt[4] = {0.f, 0.f, 0.f, 0.f}, sx[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const uint4 xw = has_x ? __ldg(reinterpret_cast<const uint4*>(xc + 32 * i)) : make_uint4(0, 0, 0, 0);
-          word_products(tt, sx, word_of(cur.wa[u], i), word_of(cur.wb[u], i), xw);
-        }
-        const uint2 sz = cur.sz[u];
+        const uint4 xw = has_x ? __ldg(reinterpret_cast<const uint4*>(xc + 32 * i)) : make_uint4(0, 0, 0, 0);
+        word_products(tt, sx, word_of(cur.wa[u], i), word_of(cur.wb[u], i), xw);
+        const unsigned gi = (unsigned(ch) * 4u + unsigned(i)) / group_units;
+        const uint2 sz = __ldg(szt + 8 * std::int64_t(gi));
         scale_products(acc, tt, sx, low_half(sz.x), high_half(sz.x), low_half(sz.y), high_half(sz.y));
-      } else {
-        const std::int64_t words = min(std::int64_t(4), (k - ch * mma_chunk) / 32);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          if (i >= words) break;
-          float tt[4] = {0.f, 0.f, 0.f, 0.f}, sx[4] = {0.f, 0.f, 0.f, 0.f};
-          const uint4 xw = has_x ? __ldg(reinterpret_cast<const uint4*>(xc + 32 * i)) : make_uint4(0, 0, 0, 0);
-          word_products(tt, sx, word_of(cur.wa[u], i), word_of(cur.wb[u], i), xw);
-          const unsigned gi = (unsigned(ch) * 4u + unsigned(i)) / group_units;
-          const uint2 sz = __ldg(szt + 8 * std::int64_t(gi));
-          scale_products(acc, tt, sx, low_half(sz.x), high_half(sz.x), low_half(sz.y), high_half(sz.y));
-        }
       }
     }
-  }
+  });
   mma_write_rows<OutF32>(part_s, acc, warp, g, t, row0, y, ldy, accumulate, m, n);
 }
 
