@@ -182,6 +182,8 @@ int bench_main(int argc, char** argv) {
     ("kernels", "time decode attention and the decode GEMV alone against their rooflines")
     ("gather-only", "with --kernels: only the sparse gather benchmarks (every path, row pattern and arena)")
     ("gemv-only", "with --kernels: only the 4-bit weight GEMV of QuantSpec's draft, each version, llama shapes")
+    ("attention-only", "with --kernels: only decode attention (bf16 and every packed format, SpeCache's side work, "
+     "its top-k) and quantize-on-append")
     ("no-graphs", "launch decode kernels one by one instead of replaying a CUDA graph")
     ("no-overlap", "launch the GEMVs and the step's small kernels normally instead of as programmatic dependents (PDL)")
     ("actors", "time one greedy decode (64 + 64 tokens) through the actor pipeline against bare forward calls; "
@@ -228,6 +230,10 @@ int bench_main(int argc, char** argv) {
   if (o.gather_only && !o.kernels) throw usage_error("--gather-only: needs --kernels");
   o.gemv_only = vm.count("gemv-only") > 0;
   if (o.gemv_only && !o.kernels) throw usage_error("--gemv-only: needs --kernels");
+  o.attention_only = vm.count("attention-only") > 0;
+  if (o.attention_only && !o.kernels) throw usage_error("--attention-only: needs --kernels");
+  if (int(o.gather_only) + int(o.gemv_only) + int(o.attention_only) > 1)
+    throw usage_error("--gather-only, --gemv-only and --attention-only are exclusive");
   o.graphs = vm.count("no-graphs") == 0;
   o.overlap = vm.count("no-overlap") == 0;
   const auto switch_flag = [&](const char* on, const char* off) -> std::optional<bool> {

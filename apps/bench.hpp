@@ -29,6 +29,7 @@ struct bench_options {
   bool kernels = false;
   bool gather_only = false;  // with kernels: only the gather benchmarks
   bool gemv_only = false;    // with kernels: only the 4-bit (draft) GEMV versions
+  bool attention_only = false;  // with kernels: only decode attention and quantize-on-append
   bool graphs = true;
   bool overlap = true;  // GEMVs as programmatic dependent launches (cuda_forward_options)
   // The GEMV v2 switches of cuda_forward_options; unset: its defaults.

@@ -382,6 +382,10 @@ void cuda_kernel_points(const bench_options& o, bench_report& r, const kc::devic
     int4_gemv_points(o, r);
     return;
   }
+  if (o.attention_only) {
+    quant_points(o, r);
+    return;
+  }
   kernel_points(o, r, props);
   quant_points(o, r);
   gather_points(r);

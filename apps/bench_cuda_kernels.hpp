@@ -10,7 +10,8 @@
 namespace specpipe::apps {
 
 // Appends the kernel rows to `r` (whose copy_bandwidth is measured):
-// --gather-only or --gemv-only narrow them to those benchmarks.
+// --gather-only, --gemv-only or --attention-only narrow them to those
+// benchmarks.
 void cuda_kernel_points(const bench_options& o, bench_report& r, const kernels::cuda::device_properties& props);
 
 }  // namespace specpipe::apps

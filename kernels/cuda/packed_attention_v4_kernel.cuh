@@ -24,9 +24,12 @@
 //     more MMA per value group with the zeros as A.
 // Window rows (bf16 ring) take the same MMAs with f16 conversions and unit
 // scales, q and p each as two f16 halves (hi + lo: near f32, as v3 reads
-// these rows). SpeCache's replaced rows (exact f32 scores and values, the
-// codes' share zeroed) and raw scores are handled per chunk on the side, in
-// kernels compiled with SIDE (the others carry none of it).
+// these rows). SpeCache's side work is compiled only into kernels built with
+// SIDE (the others carry none of it): raw scores are stored per chunk; a
+// replaced row only masks its position in the chunk loops (a ballot over a
+// window of the sorted positions), and the block's replaced rows are
+// computed after them, their loads batched, spread over the four warps and
+// merged into each warp's online softmax (exact f32 scores and values).
 //
 // Error: Q' = f16(f16(q scale log2 e) s) and P' = f16(f16(p) s), two
 // roundings each (v3: one); the test tolerance (5e-3) is v3's.
@@ -73,7 +76,8 @@ struct launch_shape {
   int off_kl = 0, off_vc = 0, off_vl = 0, off_vs = 0, off_vz = 0, off_ks = 0, off_kz = 0;  // within a stage
   int off_warps = 0, smem = 0;  // q16 [8][128] f16 at 0, ml [warps][8][2] f32 after it
   // Replaced rows only: q in f32 [8][128] and per warp [32] positions, [32]
-  // row indices and [32][8] exact scores (0: none).
+  // row indices and [32][8] exact scores (0: none); their value rows go
+  // through the warp's stage region once its loops are done.
   int off_qf = 0, off_rep = 0;
 };
 
@@ -85,8 +89,11 @@ constexpr int q16_stride = D + 8;
 constexpr int off_q16lo = 8 * q16_stride * 2;
 constexpr int off_ml = 2 * 8 * q16_stride * 2;
 constexpr int fixed_bytes = off_ml + warps * 8 * 2 * 4;
-// Replaced rows, per warp: [32] positions, [32] row indices, [32][8] exact scores, [128] a value row.
-constexpr int rep_warp_words = 64 + 32 * 8 + 128;
+// Replaced rows, per warp: [32] positions, [32] row indices, [32][8] exact scores.
+constexpr int rep_warp_words = 64 + 32 * 8;
+// Replaced rows computed together (their loads in flight at once); their
+// value rows in f32 fill 4 KiB of the warp's stage region (warp_bytes >= 8 D 4).
+constexpr int rep_batch = 8;
 
 template <int B, bool LOWER, int NG, bool SIDE>
 __global__ void __launch_bounds__(threads, 3) packed_attention_v4_kernel(packed_attention_args a, launch_shape sh) {
@@ -138,37 +145,21 @@ __global__ void __launch_bounds__(threads, 3) packed_attention_v4_kernel(packed_
   const int len1 = 2 * t + 1 < ncols ? a.entry_len[e + (2 * t + 1) / gq] : 0;
   const int min_len = a.entry_len[e];  // the shortest real column (ascending)
 
-  // SpeCache's replaced rows: this (entry, KV head)'s sorted positions, read
-  // with a warp cursor; their scores and values are exact f32 products of q
-  // (f32 here) with the 16-bit rows, the codes' share zeroed.
+  // SpeCache's replaced rows: this (entry, KV head)'s sorted positions. The
+  // chunk loops mask them (a warp window of 32 positions in registers); the
+  // rows themselves are computed after the loops.
   const bool mixed = SIDE && a.rows.positions != nullptr;
   const std::int32_t* rep_pos = nullptr;
   int rep_count = 0;
   int rep_window = 0, rep_reg = 0x7fffffff;  // lane holds position rep_window + lane (or "none")
   std::int64_t rep_base = 0;
-  const float* qf_s = reinterpret_cast<const float*>(smem + sh.off_qf);
-  int* rep_s = reinterpret_cast<int*>(smem + sh.off_rep) + warp * rep_warp_words;  // [32] tau, [32] row
-  float* reps_s = reinterpret_cast<float*>(rep_s + 64);                           // [32][8] exact scores
-  float* vrow_s = reps_s + 32 * 8;                                                // [128] a value row
-  int len_g = 0;  // positions column g attends (lane (g, t) computes column g's exact scores)
   if (mixed) {
-    len_g = g < ncols ? a.entry_len[e + g / gq] : 0;
     const std::int64_t ri = a.rows.entry_index ? a.rows.entry_index[e] : e;
     rep_base = (ri * nkv + kh) * a.rows.stride;
     rep_pos = a.rows.positions + rep_base;
     rep_count = a.rows.count[ri * nkv + kh];
     rep_reg = lane < rep_count ? rep_pos[lane] : 0x7fffffff;
   }
-  // Channels 4 lane .. 4 lane + 3 of a 16-bit row (one 8-byte load per lane).
-  auto row_quad = [&](const std::uint16_t* row, float (&x)[4]) {
-    const uint2 w = *reinterpret_cast<const uint2*>(row + 4 * lane);
-    const unsigned u[2] = {w.x, w.y};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const std::uint16_t raw = std::uint16_t(u[i / 2] >> (16 * (i % 2)));
-      x[i] = a.rows.f16 ? __half2float(__ushort_as_half(raw)) : bf16_bits_to_f32(raw);
-    }
-  };
   // Raw scores (log2) of columns 2t and 2t + 1, when their entries have a scores row.
   float* my_scores[2] = {nullptr, nullptr};
   if (SIDE && a.scores) {
@@ -250,13 +241,14 @@ __global__ void __launch_bounds__(threads, 3) packed_attention_v4_kernel(packed_
   // p[mt][r] = position 16 mt + g + 8 (r >> 1) of column 2t + (r & 1), in
   // the log2 domain. Replaced rows, masks and raw scores, then the online
   // softmax; leaves p as probabilities (times 2^-m) and rescales O.
-  int nrep = 0;
   float ms[2] = {0.f, 0.f};  // the shift of this chunk's probabilities, per column
   auto softmax = [&](int p0, float (&p)[2][4]) {
-    nrep = 0;
     if (mixed) {
-      // The chunk's replaced positions from the warp's window of 32 sorted
-      // positions in registers (reloaded only when a chunk passes its end).
+      // The chunk's replaced positions (bits of p - p0) from the warp's
+      // window of 32 sorted positions (reloaded only when a chunk passes its
+      // end); their codes' scores leave the softmax, and the rows come in
+      // after the loops.
+      unsigned bits = 0;
       for (;;) {
         const unsigned below = __ballot_sync(0xffffffffu, rep_reg < p0);
         if (below == 0xffffffffu) {
@@ -264,44 +256,18 @@ __global__ void __launch_bounds__(threads, 3) packed_attention_v4_kernel(packed_
           rep_reg = rep_window + lane < rep_count ? rep_pos[rep_window + lane] : 0x7fffffff;
           continue;
         }
-        const unsigned inside = __ballot_sync(0xffffffffu, rep_reg < p0 + chunk_tokens) & ~below;
-        if ((inside >> lane) & 1u) {
-          const int at = nrep + __popc(inside & ((1u << lane) - 1u));
-          rep_s[at] = rep_reg - p0;
-          rep_s[32 + at] = rep_window + lane;
-        }
-        nrep += __popc(inside);
-        if (!(inside >> 31)) break;
+        const bool in = rep_reg >= p0 && rep_reg < p0 + chunk_tokens;
+        bits |= __reduce_or_sync(0xffffffffu, in ? 1u << (rep_reg - p0) : 0u);
+        if (!(__ballot_sync(0xffffffffu, rep_reg < p0 + chunk_tokens) >> 31)) break;
         rep_window += 32;  // the window ended inside the chunk: the next one may continue it
         rep_reg = rep_window + lane < rep_count ? rep_pos[rep_window + lane] : 0x7fffffff;
       }
-      __syncwarp();
-      for (int i = 0; i < nrep; ++i) {
-        const int tau = rep_s[i];
-        const std::uint16_t* kr = a.rows.k + (rep_base + rep_s[32 + i]) * D;
-        // Every column's dot: the row read once by the warp (4 channels a
-        // lane), the 8 sums in one butterfly that leaves column g in lane (g, t).
-        float kx[4], part[8];
-        row_quad(kr, kx);
-#pragma unroll
-        for (int col = 0; col < 8; ++col) {
-          const float4 q4 = *reinterpret_cast<const float4*>(qf_s + col * D + 4 * lane);
-          part[col] = q4.x * kx[0] + q4.y * kx[1] + q4.z * kx[2] + q4.w * kx[3];
-        }
-        const float dot = packed_mma::warp_sum_many<8>(part, lane);
-        if (t == 0) reps_s[i * 8 + g] = p0 + tau < len_g ? dot : -INFINITY;
-      }
-      __syncwarp();
-      for (int i = 0; i < nrep; ++i) {
-        const int tau = rep_s[i];
+      if (bits) {
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-          for (int h = 0; h < 2; ++h)
-            if (16 * mt + 8 * h + g == tau) {
-              p[mt][2 * h] = reps_s[i * 8 + 2 * t];
-              p[mt][2 * h + 1] = reps_s[i * 8 + 2 * t + 1];
-            }
+          for (int r = 0; r < 4; ++r)
+            if ((bits >> (16 * mt + g + 8 * (r >> 1))) & 1u) p[mt][r] = -INFINITY;
       }
     }
     // Masks only where some real column ends inside the chunk: columns past
@@ -360,34 +326,6 @@ __global__ void __launch_bounds__(threads, 3) packed_attention_v4_kernel(packed_
       }
     }
   };
-  // Replaced rows: their exact values, and nothing from their codes.
-  auto replaced_values = [&](float (&p)[2][4]) {
-    if (nrep == 0) return;
-    for (int i = 0; i < nrep; ++i) {
-      const int tau = rep_s[i];
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int r = 0; r < 4; ++r)
-          if (16 * mt + 8 * (r >> 1) + g == tau) p[mt][r] = 0.f;
-      const float pr0 = exp2f(reps_s[i * 8 + 2 * t] - ms[0]), pr1 = exp2f(reps_s[i * 8 + 2 * t + 1] - ms[1]);
-      float vx[4];
-      row_quad(a.rows.v + (rep_base + rep_s[32 + i]) * D, vx);
-      *reinterpret_cast<float4*>(vrow_s + 4 * lane) = make_float4(vx[0], vx[1], vx[2], vx[3]);
-      __syncwarp();
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const float va = vrow_s[16 * j + g], vb = vrow_s[16 * j + g + 8];
-        o[j][0] = fmaf(pr0, va, o[j][0]);
-        o[j][1] = fmaf(pr1, va, o[j][1]);
-        o[j][2] = fmaf(pr0, vb, o[j][2]);
-        o[j][3] = fmaf(pr1, vb, o[j][3]);
-      }
-      __syncwarp();  // vrow_s is the next row's
-    }
-    __syncwarp();  // rep_s and reps_s are rewritten by the next chunk
-  };
-
   // The packed chunks, through the warp's stage ring.
   unsigned bq[8][2];  // B of the scores, column g: k-step j, channels 16j + 2t (+ 8), times the key group's scales
   float base[2] = {0.f, 0.f};  // sum_c q_c z_c of columns 2t, 2t + 1
@@ -456,7 +394,6 @@ __global__ void __launch_bounds__(threads, 3) packed_attention_v4_kernel(packed_
       }
     }
     softmax(p0, p);
-    if constexpr (SIDE) replaced_values(p);
 
     // Values, 16 positions at a time: B = P^T, the score accumulators packed
     // and transposed.
@@ -538,7 +475,6 @@ __global__ void __launch_bounds__(threads, 3) packed_attention_v4_kernel(packed_
       }
     }
     softmax(p0, p);
-    if constexpr (SIDE) replaced_values(p);
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt) {
       // A = V^T in f16, straight from the ring; B = P^T as hi + lo halves.
@@ -568,6 +504,124 @@ __global__ void __launch_bounds__(threads, 3) packed_attention_v4_kernel(packed_
         mma16816(o[j], a0, a1, a2, a3, pb0, pb1);
         mma16816(o[j], a0, a1, a2, a3, pl0, pl1);
       }
+    }
+  }
+
+  // SpeCache's replaced rows: the block's rows (positions in its tiles,
+  // masked in the loops above) spread over the warps, rep_batch at a time
+  // with all their loads in flight: exact f32 scores of every column (q in
+  // f32) and values, merged into the warp's online softmax. After a block
+  // barrier, so that a row's exact raw score lands after the loop's masked
+  // one whichever warp stored that.
+  if (mixed) {
+    __syncthreads();
+    const float* qf_s = reinterpret_cast<const float*>(smem + sh.off_qf);
+    int* rep_s = reinterpret_cast<int*>(smem + sh.off_rep) + warp * rep_warp_words;  // [32] position, [32] row
+    float* reps_s = reinterpret_cast<float*>(rep_s + 64);                           // [32][8] exact scores
+    float* vrow_s = reinterpret_cast<float*>(region);                               // [rep_batch][128] values
+    const int len_g = g < ncols ? a.entry_len[e + g / gq] : 0;  // lane (g, t) finishes column g's scores
+    auto tile_of = [&](int p) { return p < nq ? p / tile_tokens : ptiles + (p - nq) / tile_tokens; };
+    int seen = 0;  // the block's rows before this window of the list
+    for (int w0 = 0; w0 < rep_count; w0 += 32) {
+      const int p = w0 + lane < rep_count ? rep_pos[w0 + lane] : 0x7fffffff;
+      const int tl = p < len ? tile_of(p) : -1;
+      const bool ours = tl >= first && tl < last;
+      const unsigned in_block = __ballot_sync(0xffffffffu, ours);
+      const int rank = seen + __popc(in_block & ((1u << lane) - 1u));
+      seen += __popc(in_block);
+      const bool mine = ours && (rank & (warps - 1)) == warp;
+      const unsigned my_rows = __ballot_sync(0xffffffffu, mine);
+      if (mine) {
+        const int at = __popc(my_rows & ((1u << lane) - 1u));
+        rep_s[at] = p;
+        rep_s[32 + at] = w0 + lane;
+      }
+      __syncwarp();
+      const int nr = __popc(my_rows);
+      for (int i0 = 0; i0 < nr; i0 += rep_batch) {
+        const int nb = min(rep_batch, nr - i0);
+        // Channels 4 lane .. 4 lane + 3 of every row's K and V, loaded together.
+        uint2 kw[rep_batch], vw[rep_batch];
+#pragma unroll
+        for (int u = 0; u < rep_batch; ++u)
+          if (u < nb) {
+            const std::int64_t off = (rep_base + rep_s[32 + i0 + u]) * D + 4 * lane;
+            kw[u] = *reinterpret_cast<const uint2*>(a.rows.k + off);
+            vw[u] = *reinterpret_cast<const uint2*>(a.rows.v + off);
+          }
+        auto quad = [&](uint2 w, float (&x)[4]) {
+          const unsigned u2[2] = {w.x, w.y};
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const std::uint16_t raw = std::uint16_t(u2[i / 2] >> (16 * (i % 2)));
+            x[i] = a.rows.f16 ? __half2float(__ushort_as_half(raw)) : bf16_bits_to_f32(raw);
+          }
+        };
+#pragma unroll
+        for (int u = 0; u < rep_batch; ++u)
+          if (u < nb) {
+            float kx[4], vx[4], part[8];
+            quad(kw[u], kx);
+            quad(vw[u], vx);
+            *reinterpret_cast<float4*>(vrow_s + u * D + 4 * lane) = make_float4(vx[0], vx[1], vx[2], vx[3]);
+#pragma unroll
+            for (int col = 0; col < 8; ++col) {
+              const float4 q4 = *reinterpret_cast<const float4*>(qf_s + col * D + 4 * lane);
+              part[col] = q4.x * kx[0] + q4.y * kx[1] + q4.z * kx[2] + q4.w * kx[3];
+            }
+            // The 8 sums in one butterfly, column g in lane (g, t).
+            const float dot = packed_mma::warp_sum_many<8>(part, lane);
+            if (t == 0) reps_s[u * 8 + g] = rep_s[i0 + u] < len_g ? dot : -INFINITY;
+          }
+        __syncwarp();
+        // The online softmax over the batch, per column (2t, 2t + 1).
+        float corr[2];
+#pragma unroll
+        for (int cc = 0; cc < 2; ++cc) {
+          float mx = -INFINITY;
+          for (int u = 0; u < nb; ++u) mx = fmaxf(mx, reps_s[u * 8 + 2 * t + cc]);
+          const float m_new = fmaxf(m_run[cc], mx);
+          ms[cc] = m_new == -INFINITY ? 0.f : m_new;
+          corr[cc] = exp2f(m_run[cc] - ms[cc]);
+          m_run[cc] = m_new;
+          l_run[cc] *= corr[cc];
+        }
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          o[j][0] *= corr[0];
+          o[j][1] *= corr[1];
+          o[j][2] *= corr[0];
+          o[j][3] *= corr[1];
+        }
+#pragma unroll
+        for (int cg = 0; cg < NG; ++cg) {
+          zacc[cg][0] *= corr[0];
+          zacc[cg][1] *= corr[1];
+          zacc[cg][2] *= corr[0];
+          zacc[cg][3] *= corr[1];
+        }
+        for (int u = 0; u < nb; ++u) {
+          const float s0 = reps_s[u * 8 + 2 * t], s1 = reps_s[u * 8 + 2 * t + 1];
+          const float pr0 = exp2f(s0 - ms[0]), pr1 = exp2f(s1 - ms[1]);
+          if (g == 0) {  // one lane per column: its raw scores and its share of the sum
+            const int pos = rep_s[i0 + u];
+            l_run[0] += pr0;
+            l_run[1] += pr1;
+            if (my_scores[0] && pos < len0) my_scores[0][pos] = s0;
+            if (my_scores[1] && pos < len1) my_scores[1][pos] = s1;
+          }
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            const float va = vrow_s[u * D + 16 * j + g], vb = vrow_s[u * D + 16 * j + g + 8];
+            o[j][0] = fmaf(pr0, va, o[j][0]);
+            o[j][1] = fmaf(pr1, va, o[j][1]);
+            o[j][2] = fmaf(pr0, vb, o[j][2]);
+            o[j][3] = fmaf(pr1, vb, o[j][3]);
+          }
+        }
+        __syncwarp();  // rep_s's scores and vrow_s are the next batch's
+      }
+      __syncwarp();  // rep_s's rows are the next window's
     }
   }
 

@@ -48,6 +48,8 @@ TEST(BenchCli, BadFlagsAreUsageErrors) {
       {"bench --preset tiny --device cuda --max-batch --batch 4", "--max-batch and --batch are exclusive"},
       {"bench --device cuda --kernels --gemv-only --max-batch", "--max-batch: times decode steps"},
       {"bench --preset tiny --device cpu --gemv-only", "--gemv-only: needs --kernels"},
+      {"bench --preset tiny --device cpu --attention-only", "--attention-only: needs --kernels"},
+      {"bench --device cuda --kernels --gemv-only --attention-only", "are exclusive"},
       {"bench --preset tiny --device cuda --packed-order rows", "--packed-order: must be cpu or lane, got 'rows'"},
       {"bench --preset tiny --device cuda --specache-blocks two", "--specache-blocks: must be auto, per-row or shared"},
       {"bench --preset tiny --device cpu --specache-blocks shared", "--specache-blocks: the CUDA decode bench only"},
