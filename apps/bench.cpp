@@ -181,7 +181,8 @@ int bench_main(int argc, char** argv) {
     ("max-batch", "CUDA decode: time each --kv mode at the largest batch that fits --gpu-memory (instead of --batch)")
     ("kernels", "time decode attention and the decode GEMV alone against their rooflines")
     ("gather-only", "with --kernels: only the sparse gather benchmarks (every path, row pattern and arena)")
-    ("gemv-only", "with --kernels: only the 4-bit weight GEMV of QuantSpec's draft, each version, llama shapes")
+    ("gemv-only", "with --kernels: only the GEMVs: the decode step's bf16 GEMVs at 1 and 2 rows, and the 4-bit "
+     "weight GEMV of QuantSpec's draft, each version, llama shapes")
     ("attention-only", "with --kernels: only decode attention (bf16 and every packed format, SpeCache's side work, "
      "its top-k) and quantize-on-append")
     ("no-graphs", "launch decode kernels one by one instead of replaying a CUDA graph")

@@ -76,17 +76,19 @@ void step_gemv_points(const bench_options& o, bench_report& r, allocator& dev, k
   const std::int64_t h = 4096, qkv_n = 6144, inter = 14336;
   buffer wqkv(dev, std::size_t(qkv_n * h) * 2), wo(dev, std::size_t(h * h) * 2),
       wgu(dev, std::size_t(2 * inter * h) * 2), wdown(dev, std::size_t(h * inter) * 2);
-  buffer xn(dev, std::size_t(h) * 2), qkv(dev, std::size_t(qkv_n) * 2), attn(dev, std::size_t(h) * 2),
-      gu(dev, std::size_t(2 * inter) * 2), act(dev, std::size_t(inter) * 2), x(dev, std::size_t(h) * 4);
+  // Two rows of activations: SpeCache's step projects its real and
+  // speculative rows together (M = 2).
+  buffer xn(dev, std::size_t(2 * h) * 2), qkv(dev, std::size_t(2 * qkv_n) * 2), attn(dev, std::size_t(2 * h) * 2),
+      gu(dev, std::size_t(4 * inter) * 2), act(dev, std::size_t(2 * inter) * 2), x(dev, std::size_t(2 * h) * 4);
   unsigned seed = 20;
   for (buffer* b : {&wqkv, &wo, &wgu, &wdown})
     kc::fill_uniform_bf16(b->as<std::uint16_t>(), std::int64_t(b->size() / 2), -0.02f, 0.02f, ++seed, st.get());
   for (buffer* b : {&xn, &attn, &gu, &act})
     kc::fill_uniform_bf16(b->as<std::uint16_t>(), std::int64_t(b->size() / 2), -1, 1, ++seed, st.get());
-  kc::fill_uniform_f32(x.as<float>(), h, -1, 1, ++seed, st.get());
+  kc::fill_uniform_f32(x.as<float>(), 2 * h, -1, 1, ++seed, st.get());
   kc::blas_handle blas;
   auto args = [&](const buffer& in, std::int64_t ldx, const buffer& w, buffer& out, kc::gemm_out type, bool acc,
-                  std::int64_t n, std::int64_t k, bool k_split, int unroll) {
+                  std::int64_t n, std::int64_t k, bool k_split, int unroll, std::int64_t m) {
     kc::gemm_args a;
     a.x = in.as<std::uint16_t>();
     a.ldx = ldx;
@@ -99,29 +101,33 @@ void step_gemv_points(const bench_options& o, bench_report& r, allocator& dev, k
     a.overlap_launch = o.overlap;
     a.k_split = k_split;
     a.unroll = unroll;
-    a.m = 1;
+    a.m = m;
     a.n = n;
     a.k = k;
     return a;
   };
-  const auto swiglu = [&] {
-    kc::swiglu(gu.as<std::uint16_t>(), 2 * inter, act.as<std::uint16_t>(), inter, 1, inter, st.get());
+  const auto swiglu = [&](std::int64_t m) {
+    kc::swiglu(gu.as<std::uint16_t>(), 2 * inter, act.as<std::uint16_t>(), inter, m, inter, st.get());
   };
   {
-    const auto t = time_events(st.get(), o.warmup, o.repeats, swiglu);
+    const auto t = time_events(st.get(), o.warmup, o.repeats, [&] { swiglu(1); });
     const double bytes = double(3 * inter) * 2;
     r.points.push_back({"swiglu", 1, 0, false, "step SwiGLU kernel alone, 14336 columns", t.median, t.spread, 0,
                         bytes, bytes / r.copy_bandwidth * 1e3, used_gib()});
   }
+  // Every variant at one row; with k-split at two.
+  for (const std::int64_t m : {1, 2})
   for (const int unroll : {2, 4})
     for (const bool k_split : {true, false}) {
-      const auto a_qkv = args(xn, h, wqkv, qkv, kc::gemm_out::bf16, false, qkv_n, h, k_split, unroll);
-      const auto a_o = args(attn, h, wo, x, kc::gemm_out::f32, true, h, h, k_split, unroll);
-      const auto a_gu = args(xn, h, wgu, gu, kc::gemm_out::bf16, false, 2 * inter, h, k_split, unroll);
-      const auto a_down = args(act, inter, wdown, x, kc::gemm_out::f32, true, h, inter, k_split, unroll);
-      auto a_fused = args(xn, h, wgu, act, kc::gemm_out::swiglu, false, 2 * inter, h, k_split, unroll);
+      if (m == 2 && !k_split) continue;
+      const auto a_qkv = args(xn, h, wqkv, qkv, kc::gemm_out::bf16, false, qkv_n, h, k_split, unroll, m);
+      const auto a_o = args(attn, h, wo, x, kc::gemm_out::f32, true, h, h, k_split, unroll, m);
+      const auto a_gu = args(xn, h, wgu, gu, kc::gemm_out::bf16, false, 2 * inter, h, k_split, unroll, m);
+      const auto a_down = args(act, inter, wdown, x, kc::gemm_out::f32, true, h, inter, k_split, unroll, m);
+      auto a_fused = args(xn, h, wgu, act, kc::gemm_out::swiglu, false, 2 * inter, h, k_split, unroll, m);
       a_fused.ldy = inter;
-      const std::string variant = "unroll " + std::to_string(unroll) + (k_split ? ", k-split" : ", no k-split");
+      const std::string variant = "unroll " + std::to_string(unroll) + (k_split ? ", k-split" : ", no k-split") +
+                                  (m == 2 ? ", 2 rows" : "");
       const struct {
         const char* name;
         const kc::gemm_args* a;
@@ -133,7 +139,7 @@ void step_gemv_points(const bench_options& o, bench_report& r, allocator& dev, k
       for (const auto& g : gemvs) {
         const auto t = time_events(st.get(), o.warmup, o.repeats, [&] { kc::gemv(*g.a, st.get()); });
         const double wb = double(g.a->n * g.a->k) * 2;
-        r.points.push_back({"gemv", 1, 0, false,
+        r.points.push_back({"gemv", int(m), 0, false,
                             std::string("step ") + g.name + ", " + variant + " (k-split " +
                                 std::to_string(kc::gemv_planned_k_split(*g.a)) + ", " +
                                 std::to_string(kc::gemv_resident_blocks(*g.a)) + " resident blocks)",
@@ -148,11 +154,11 @@ void step_gemv_points(const bench_options& o, bench_report& r, allocator& dev, k
             kc::gemv(a_fused, st.get());
           } else {
             kc::gemv(a_gu, st.get());
-            swiglu();
+            swiglu(m);
           }
           kc::gemv(a_down, st.get());
         });
-        r.points.push_back({"layer", 1, 0, false,
+        r.points.push_back({"layer", int(m), 0, false,
                             "step GEMVs of one layer (qkv, o, " +
                                 std::string(fused ? "gate/up with the SwiGLU epilogue" : "gate/up + SwiGLU kernel") +
                                 ", down), " + variant +
@@ -379,6 +385,11 @@ void cuda_kernel_points(const bench_options& o, bench_report& r, const kc::devic
     return;
   }
   if (o.gemv_only) {
+    {
+      auto dev = make_device_allocator(0);
+      kc::stream st;
+      step_gemv_points(o, r, *dev, st);
+    }
     int4_gemv_points(o, r);
     return;
   }

@@ -48,10 +48,17 @@ enum : int { out_bf16 = 0, out_f32 = 1, out_swiglu = 2 };
 // per row in flight per lane. Pair p is rows 2p and 2p + 1, or for the
 // SwiGLU output gate row p and up row p + n / 2.
 // ptxas (sm_90, CUDA 13), registers at M = 1 / 2 and the blocks per SM they
-// allow: U = 4: 60 / 76 (4 / 3); U = 2: 40 / 60 (6 / 4) (NOTES.md, GEMV v2
-// and version 3).
+// allow: U = 4: 60 / 76 (4 / 3); U = 2: 40 / 48 (6 / 5) (NOTES.md, GEMV v2
+// and version 3). The minimum blocks per SM below are what each
+// instantiation reached unconstrained, except M = 2, U = 2 (SpeCache's two
+// rows), which its own loop order brings from 60 registers (4 blocks) to 48
+// (5 blocks) without spills: stop 19 in NOTES.md.
+constexpr int gemv_min_blocks(int m, int u) {
+  return m == 1 ? (u == 2 ? 6 : 4) : m == 2 ? (u == 2 ? 5 : 3) : m == 4 ? 3 : (u == 2 ? 3 : 2);
+}
+
 template <int M, int Out, int U>
-__global__ void __launch_bounds__(gemv_threads)
+__global__ void __launch_bounds__(gemv_threads, gemv_min_blocks(M, U))
     gemv_kernel(const bf16* __restrict__ x, std::int64_t ldx, const bf16* __restrict__ w,
                 std::int64_t ldw, void* __restrict__ y, std::int64_t ldy, bool accumulate, int m,
                 std::int64_t n, std::int64_t k, int ks, std::int64_t kslice) {
@@ -104,6 +111,28 @@ __global__ void __launch_bounds__(gemv_threads)
     for (int u = 0; u < U; ++u) {
       const std::int64_t cu = c + u * gemv_step;
       if (cu >= s_end) break;
+      if constexpr (M == 2) {
+        // Per weight row, both x rows: x's 16-byte pieces stay packed until
+        // used (converted once per weight row, 8 more instructions), so only
+        // one row's weights are live in f32. Each accumulator sums the same
+        // products in the same order as the loop below.
+        uint4 xr[M];
+#pragma unroll
+        for (int i = 0; i < M; ++i)
+          xr[i] = i < m ? __ldg(reinterpret_cast<const uint4*>(x + i * ldx + cu)) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          float wf[8];
+          detail::bf16x8_to_f32(wv[u][r], wf);
+#pragma unroll
+          for (int i = 0; i < M; ++i) {
+            float xf[8];
+            detail::bf16x8_to_f32(xr[i], xf);
+#pragma unroll
+            for (int e = 0; e < 8; ++e) acc[r][i] = fmaf(wf[e], xf[e], acc[r][i]);
+          }
+        }
+      } else {
       float wf[R][8];
 #pragma unroll
       for (int r = 0; r < R; ++r) detail::bf16x8_to_f32(wv[u][r], wf[r]);
@@ -116,6 +145,7 @@ __global__ void __launch_bounds__(gemv_threads)
         for (int r = 0; r < R; ++r)
 #pragma unroll
           for (int e = 0; e < 8; ++e) acc[r][i] = fmaf(wf[r][e], xf[e], acc[r][i]);
+      }
       }
     }
     c += U * gemv_step;
