@@ -13,6 +13,7 @@
 #include <functional>
 #include <mutex>
 #include <sstream>
+#include <thread>
 
 #include <caf/scoped_actor.hpp>
 
@@ -33,6 +34,9 @@ using namespace std::chrono_literals;
 // the test opens the gate (after sending every request), so the requests
 // share steps however the threads are scheduled: without it a loaded
 // machine could finish a request before the next one reached the scheduler.
+// Every call also takes at least 2 ms, as a model's forward would: the gate
+// alone still let a fast fake finish two requests' dozen decodes while the
+// third one's admission waited for a thread (seen once in 200 runs).
 class batching_compute final : public step_compute {
  public:
   explicit batching_compute(seq_id fail_seq = 0, int fail_at = -1)
@@ -45,6 +49,7 @@ class batching_compute final : public step_compute {
       std::unique_lock lock(gate_mu_);
       gate_cv_.wait_for(lock, 10s, [&] { return open_; });
     }
+    std::this_thread::sleep_for(2ms);
     const double t0 = trace_now_us();
     int decodes = 0;
     for (std::size_t i = 0; i < entries.size(); ++i) {
