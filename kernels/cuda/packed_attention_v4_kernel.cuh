@@ -242,6 +242,27 @@ __global__ void __launch_bounds__(threads, 3) packed_attention_v4_kernel(packed_
   // the log2 domain. Replaced rows, masks and raw scores, then the online
   // softmax; leaves p as probabilities (times 2^-m) and rescales O.
   float ms[2] = {0.f, 0.f};  // the shift of this chunk's probabilities, per column
+  // O^T's columns 2t and 2t + 1 are this lane's two columns, rescaled by
+  // their corrections. Once the running maxima settle, most chunks leave
+  // them (corr exactly 1): skip the 32 + 4 NG multiplies for the whole warp then.
+  auto rescale = [&](const float (&corr)[2]) {
+    if (__any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        o[j][0] *= corr[0];
+        o[j][1] *= corr[1];
+        o[j][2] *= corr[0];
+        o[j][3] *= corr[1];
+      }
+#pragma unroll
+      for (int cg = 0; cg < NG; ++cg) {
+        zacc[cg][0] *= corr[0];
+        zacc[cg][1] *= corr[1];
+        zacc[cg][2] *= corr[0];
+        zacc[cg][3] *= corr[1];
+      }
+    }
+  };
   auto softmax = [&](int p0, float (&p)[2][4]) {
     if (mixed) {
       // The chunk's replaced positions (bits of p - p0) from the warp's
@@ -306,25 +327,7 @@ __global__ void __launch_bounds__(threads, 3) packed_attention_v4_kernel(packed_
         }
       l_run[cc] = l_run[cc] * corr[cc] + psum;
     }
-    // O^T's columns 2t and 2t + 1 are this lane's two columns. Once the
-    // running maxima settle, most chunks leave them (corr exactly 1): skip
-    // the 32 + 4 NG multiplies for the whole warp then.
-    if (__any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) {
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        o[j][0] *= corr[0];
-        o[j][1] *= corr[1];
-        o[j][2] *= corr[0];
-        o[j][3] *= corr[1];
-      }
-#pragma unroll
-      for (int cg = 0; cg < NG; ++cg) {
-        zacc[cg][0] *= corr[0];
-        zacc[cg][1] *= corr[1];
-        zacc[cg][2] *= corr[0];
-        zacc[cg][3] *= corr[1];
-      }
-    }
+    rescale(corr);
   };
   // The packed chunks, through the warp's stage ring.
   unsigned bq[8][2];  // B of the scores, column g: k-step j, channels 16j + 2t (+ 8), times the key group's scales
@@ -586,20 +589,7 @@ __global__ void __launch_bounds__(threads, 3) packed_attention_v4_kernel(packed_
           m_run[cc] = m_new;
           l_run[cc] *= corr[cc];
         }
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          o[j][0] *= corr[0];
-          o[j][1] *= corr[1];
-          o[j][2] *= corr[0];
-          o[j][3] *= corr[1];
-        }
-#pragma unroll
-        for (int cg = 0; cg < NG; ++cg) {
-          zacc[cg][0] *= corr[0];
-          zacc[cg][1] *= corr[1];
-          zacc[cg][2] *= corr[0];
-          zacc[cg][3] *= corr[1];
-        }
+        rescale(corr);
         for (int u = 0; u < nb; ++u) {
           const float s0 = reps_s[u * 8 + 2 * t], s1 = reps_s[u * 8 + 2 * t + 1];
           const float pr0 = exp2f(s0 - ms[0]), pr1 = exp2f(s1 - ms[1]);
