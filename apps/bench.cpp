@@ -179,7 +179,8 @@ int bench_main(int argc, char** argv) {
      "CUDA decode, specache: pinned host memory for the 16-bit store; when every sequence's context does not fit, "
      "positions alias modulo a shorter store (same bytes fetched)")
     ("max-batch", "CUDA decode: time each --kv mode at the largest batch that fits --gpu-memory (instead of --batch)")
-    ("kernels", "time decode attention and the decode GEMV alone against their rooflines")
+    ("kernels", "time decode attention and the decode GEMV alone against their rooflines (--device cpu: the CPU "
+     "backend's decode attention, f32 and every packed format, at each --context and --batch)")
     ("gather-only", "with --kernels: only the sparse gather benchmarks (every path, row pattern and arena)")
     ("gemv-only", "with --kernels: only the GEMVs: the decode step's bf16 GEMVs at 1 and 2 rows, and the 4-bit "
      "weight GEMV of QuantSpec's draft, each version, llama shapes")
@@ -333,8 +334,10 @@ int bench_main(int argc, char** argv) {
 #else
     if (!cuda_available()) throw usage_error("--device cuda: no CUDA device is visible");
 #endif
-  } else if (o.kernels) {
-    throw usage_error("--kernels times CUDA kernels; it needs --device cuda");
+  } else if (o.kernels && (o.gather_only || o.gemv_only)) {
+    throw usage_error("--gather-only and --gemv-only time CUDA kernels; they need --device cuda");
+  } else if (o.kernels && !vm["kv"].defaulted()) {
+    throw usage_error("--device cpu --kernels times every cache format; it takes no --kv");
   }
   bench_report r;
   if (device == "cuda") {
@@ -351,6 +354,8 @@ int bench_main(int argc, char** argv) {
       r.notes.insert(r.notes.end(), q.notes.begin(), q.notes.end());
       r.points.insert(r.points.end(), q.points.begin(), q.points.end());
     }
+  } else if (o.kernels) {
+    r = run_cpu_kernel_bench(o, 0);
   } else {
     bool cache_modes = false;
     for (const auto& m : o.kv_modes) cache_modes = cache_modes || m.format != kv_format::full;

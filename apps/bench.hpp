@@ -2,6 +2,7 @@
 // `specpipe bench`: shared pieces of the flag parser (bench.cpp) and the
 // CUDA measurements (bench_cuda.cpp).
 #include <cstdint>
+#include <cstdio>
 #include <optional>
 #include <string>
 #include <utility>
@@ -15,6 +16,13 @@
 #include "model/weights.hpp"
 
 namespace specpipe::apps {
+
+// v with `decimals` digits after the point, for the benchmarks' notes.
+inline std::string fixed(double v, int decimals) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  return buf;
+}
 
 struct bench_options {
   std::string model_name;           // preset name or model directory
@@ -111,6 +119,10 @@ bench_report run_cuda_bench(const bench_options& o);
 // The KV cache modes (full, kivi, specache: speculative or output prefetch)
 // through the actor pipeline on the CPU backend (bench_caches.cpp).
 bench_report run_cache_bench(const bench_options& o, const std::vector<kv_mode>& modes);
+// `--device cpu --kernels` (bench_cpu_kernels.cpp): one layer's decode
+// attention on the CPU backend, f32 against every packed cache format and
+// SpeCache's mixed read, on `threads` threads (0: every core).
+bench_report run_cpu_kernel_bench(const bench_options& o, int threads);
 // Runs the CPU backend benchmarks (decode and prefill, no roofline).
 bench_report run_cpu_bench(const bench_options& o);
 

@@ -1,7 +1,7 @@
 #pragma once
 // What the CUDA benchmarks (bench_cuda.cpp, bench_quantspec_cuda.cpp) share:
 // CUDA-event timing after warm-up (median and spread of the repeats), the
-// device memory in use, and fixed-point formatting. CUDA builds only.
+// device memory in use. CUDA builds only.
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -37,12 +37,6 @@ timing time_events(void* stream, int warmup, int repeats, F&& body) {
 inline double used_gib() {
   const auto m = kernels::cuda::query_memory();
   return double(m.total - m.free) / gib;
-}
-
-inline std::string fixed(double v, int digits) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.*f", digits, v);
-  return b;
 }
 
 }  // namespace specpipe::apps::cuda_bench

@@ -42,12 +42,6 @@ double spread_of(const std::vector<double>& v) {
   return *hi - *lo;
 }
 
-std::string fixed(double v, int decimals) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
-  return buf;
-}
-
 }  // namespace
 
 bench_report run_quantspec_bench(const bench_options& o, const quantspec_bench_options& q) {

@@ -17,20 +17,6 @@ std::optional<dtype> dtype_from_name(std::string_view name) {
   return std::nullopt;
 }
 
-float f16_to_f32(std::uint16_t h) {
-  const std::uint32_t sign = std::uint32_t(h & 0x8000u) << 16;
-  const std::uint32_t exp = (h >> 10) & 0x1fu;
-  std::uint32_t mant = h & 0x3ffu;
-  if (exp == 0) {
-    if (mant == 0) return bits_to_f32(sign);
-    // Subnormal half: value = mant * 2^-24, exact in f32.
-    float v = std::ldexp(float(mant), -24);
-    return sign ? -v : v;
-  }
-  if (exp == 31) return bits_to_f32(sign | 0x7f800000u | (mant << 13));
-  return bits_to_f32(sign | ((exp + 112u) << 23) | (mant << 13));
-}
-
 std::uint16_t f32_to_f16(float f) {
   const std::uint32_t bits = f32_to_bits(f);
   const std::uint16_t sign = std::uint16_t((bits >> 16) & 0x8000u);

@@ -59,7 +59,19 @@ inline std::uint16_t f32_to_bf16(float f) {
   return std::uint16_t(bits >> 16);
 }
 
-float f16_to_f32(std::uint16_t h);
+// Inline: the CPU attention reads f16 scales, zeros and rows in its loops.
+inline float f16_to_f32(std::uint16_t h) {
+  const std::uint32_t sign = std::uint32_t(h & 0x8000u) << 16;
+  const std::uint32_t exp = (h >> 10) & 0x1fu;
+  const std::uint32_t mant = h & 0x3ffu;
+  if (exp == 0) {
+    // Zero or subnormal: value = mant * 2^-24, exact in f32.
+    const float v = float(mant) * bits_to_f32(0x33800000u);
+    return bits_to_f32(f32_to_bits(v) | sign);
+  }
+  if (exp == 31) return bits_to_f32(sign | 0x7f800000u | (mant << 13));
+  return bits_to_f32(sign | ((exp + 112u) << 23) | (mant << 13));
+}
 std::uint16_t f32_to_f16(float f);
 
 }  // namespace specpipe

@@ -5,6 +5,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "kernels/cpu/quantized_scan.hpp"
 #include "kernels/cpu/dot.hpp"
@@ -33,90 +34,157 @@ inline unsigned code_at(const std::uint8_t* stream, std::int64_t i) {
   return (unsigned(stream[i / per_byte]) >> ((i % per_byte) * B)) & ((1u << B) - 1u);
 }
 
-// One (query, head) over positions 0 .. last. B: bits of the upper plane.
+// Every byte's codes as floats (code i of a byte at bits i*B), so a block
+// decodes with one table read per byte and contiguous stores the compiler
+// vectorizes: 8 KiB for 1 bit, 4 KiB for 2, 2 KiB for 4.
 template <int B>
-struct scan_one {
+struct code_table {
+  static constexpr int per_byte = 8 / B;
+  float f[256][per_byte];
+  code_table() {
+    for (int b = 0; b < 256; ++b)
+      for (int i = 0; i < per_byte; ++i) f[b][i] = float((unsigned(b) >> (i * B)) & ((1u << B) - 1u));
+  }
+};
+template <int B>
+const code_table<B> table{};
+
+// Codes first .. first + n - 1 of a packed stream as floats; `first` is
+// byte-aligned.
+template <int B>
+void decode_codes(const std::uint8_t* stream, std::int64_t first, std::int64_t n, float* out) {
+  constexpr int per_byte = code_table<B>::per_byte;
+  const std::uint8_t* s = stream + first / per_byte;
+  const std::int64_t whole = n / per_byte;
+  for (std::int64_t i = 0; i < whole; ++i) {
+    const float* e = table<B>.f[s[i]];
+    for (int k = 0; k < per_byte; ++k) out[i * per_byte + k] = e[k];
+  }
+  for (std::int64_t i = whole * per_byte; i < n; ++i) out[i] = float(code_at<B>(stream, first + i));
+}
+
+// Per thread: one block's codes as floats, decoded once and read by every
+// query head of the GQA group (keys [channel][token], values [token][channel];
+// the lower planes beside). Grown to the largest head_dim seen, then reused,
+// so a decode step allocates nothing after the first.
+struct block_tiles {
+  std::vector<float> k, kl, v, vl;
+  std::vector<float> v_scale, v_zero;  // [token][value group]
+  void reserve(std::int64_t d, std::int64_t value_groups, bool lower) {
+    const std::size_t n = std::size_t(d * key_block), m = std::size_t(value_groups * key_block);
+    if (k.size() < n) k.resize(n), v.resize(n);
+    if (lower && kl.size() < n) kl.resize(n), vl.resize(n);
+    if (v_scale.size() < m) v_scale.resize(m), v_zero.resize(m);
+  }
+};
+thread_local block_tiles tiles;
+
+// The online-softmax state of one (query, head).
+struct head_state {
+  const float* q = nullptr;
+  float* out = nullptr;
+  float* probs = nullptr;  // null or this (query, head)'s row
+  float acc[max_head_dim];
+  float running_max = -std::numeric_limits<float>::infinity();
+  float running_sum = 0;
+  float qs[max_head_dim];  // q_c s_c of the current key group
+  float base = 0;          // sum_c q_c z_c [- sum_c 8 q_c s_c / 16] of that group
+};
+
+// Query heads h0 .. h0 + n_h - 1 of one KV head and one query over positions
+// 0 .. last. Per head the arithmetic is that of a scan over the packed codes
+// in position order (tests/kernels/quant_scan_reference.hpp, compared bit for
+// bit): only where a code becomes a float changed, once per block for the
+// whole group instead of once per head. B: bits of the upper plane.
+template <int B>
+struct group_scan {
   const quantized_attention_args& a;
   const mixed_rows* rows;
   std::int64_t kv_head, last;
   float scale;
-  float* probs;  // null or this (query, head)'s row
-
-  float acc[max_head_dim];
-  float running_max = -std::numeric_limits<float>::infinity();
-  float running_sum = 0;
-  // Replaced rows of this head: cursor into the sorted positions.
+  head_state* heads;
+  std::int64_t n_h;
+  // Replaced rows of this KV head: cursor into the sorted positions.
   const std::int64_t* rep_pos = nullptr;
   std::int64_t rep_count = 0, rep_next = 0;
 
-  void run(const float* q, float* out) {
+  void run() {
     const std::int64_t d = a.head_dim;
-    std::fill(acc, acc + d, 0.0f);
+    for (std::int64_t h = 0; h < n_h; ++h) std::fill(heads[h].acc, heads[h].acc + d, 0.0f);
     if (rows) {
       rep_pos = rows->positions + kv_head * rows->stride;
       rep_count = rows->count[kv_head];
     }
     const packed_kv& kv = a.kv;
+    tiles.reserve(d, (d + kv.value_group - 1) / kv.value_group, kv.k_lower != nullptr);
     const std::int64_t quant_end = std::min(kv.n_tokens, last + 1);
-    for (std::int64_t g0 = 0; g0 < quant_end; g0 += kv.group) packed_group(q, g0, std::min(kv.group, quant_end - g0));
-    for (std::int64_t j0 = kv.n_tokens; j0 <= last; j0 += key_block) window_block(q, j0, std::min(key_block, last + 1 - j0));
-    const float inv = 1.0f / running_sum;
-    for (std::int64_t i = 0; i < d; ++i) out[i] = acc[i] * inv;
-    if (probs)
-      for (std::int64_t j = 0; j <= last; ++j) probs[j] = std::exp(probs[j] - running_max) * inv;
+    for (std::int64_t g0 = 0; g0 < quant_end; g0 += kv.group) packed_group(g0, std::min(kv.group, quant_end - g0));
+    for (std::int64_t j0 = kv.n_tokens; j0 <= last; j0 += key_block) window_block(j0, std::min(key_block, last + 1 - j0));
+    for (std::int64_t h = 0; h < n_h; ++h) {
+      head_state& s = heads[h];
+      const float inv = 1.0f / s.running_sum;
+      for (std::int64_t i = 0; i < d; ++i) s.out[i] = s.acc[i] * inv;
+      if (s.probs)
+        for (std::int64_t j = 0; j <= last; ++j) s.probs[j] = std::exp(s.probs[j] - s.running_max) * inv;
+    }
   }
 
-  // Replaced positions inside [j0, j0 + jn): their scores come from the rows.
-  // Returns how many; fills which[] with (offset, row index) pairs.
-  std::int64_t replaced_in(const float* q, std::int64_t j0, std::int64_t jn, float* scores, std::int64_t* which) {
+  // Replaced positions inside [j0, j0 + jn): fills which[] with (offset, row
+  // base) pairs and returns how many. The same for every head of the group.
+  std::int64_t replaced_in(std::int64_t j0, std::int64_t jn, std::int64_t* which) {
     std::int64_t m = 0;
     while (rep_next < rep_count && rep_pos[rep_next] < j0) ++rep_next;
     for (std::int64_t r = rep_next; r < rep_count && rep_pos[r] < j0 + jn; ++r) {
-      const std::int64_t off = rep_pos[r] - j0;
-      const std::int64_t base = (kv_head * rows->stride + r) * a.head_dim;
-      float s = 0;
-      if (rows->type == dtype::f32) {
-        s = dot(q, static_cast<const float*>(rows->k) + base, a.head_dim);
-      } else {
-        for (std::int64_t c = 0; c < a.head_dim; ++c) s += q[c] * row_at(rows->k, rows->type, base + c);
-      }
-      scores[off] = s * scale;
-      which[2 * m] = off;
-      which[2 * m + 1] = base;
+      which[2 * m] = rep_pos[r] - j0;
+      which[2 * m + 1] = (kv_head * rows->stride + r) * a.head_dim;
       ++m;
     }
     return m;
   }
 
-  // Online-softmax update for a block whose scores are known; returns the
-  // correction already applied to acc and sets p[] (unnormalized).
-  void softmax_block(std::int64_t j0, const float* scores, std::int64_t jn, float* p) {
-    float block_max = -std::numeric_limits<float>::infinity();
-    for (std::int64_t j = 0; j < jn; ++j) block_max = std::max(block_max, scores[j]);
-    const float new_max = std::max(running_max, block_max);
-    const float correction = std::exp(running_max - new_max);
-    running_sum *= correction;
-    for (std::int64_t i = 0; i < a.head_dim; ++i) acc[i] *= correction;
-    for (std::int64_t j = 0; j < jn; ++j) {
-      p[j] = std::exp(scores[j] - new_max);
-      running_sum += p[j];
+  // The replaced rows' exact scores for one head.
+  void replaced_scores(const head_state& s, const std::int64_t* which, std::int64_t m, float* scores) const {
+    for (std::int64_t r = 0; r < m; ++r) {
+      const std::int64_t base = which[2 * r + 1];
+      float x = 0;
+      if (rows->type == dtype::f32) {
+        x = dot(s.q, static_cast<const float*>(rows->k) + base, a.head_dim);
+      } else {
+        for (std::int64_t c = 0; c < a.head_dim; ++c) x += s.q[c] * row_at(rows->k, rows->type, base + c);
+      }
+      scores[which[2 * r]] = x * scale;
     }
-    if (probs) std::copy(scores, scores + jn, probs + j0);
-    running_max = new_max;
   }
 
-  void add_row(const std::int64_t* which, std::int64_t m, std::int64_t off, float p, bool& done) {
-    done = false;
+  // Online-softmax update for a block whose scores are known; rescales acc
+  // and sets p[] (unnormalized).
+  void softmax_block(head_state& s, std::int64_t j0, const float* scores, std::int64_t jn, float* p) const {
+    float block_max = -std::numeric_limits<float>::infinity();
+    for (std::int64_t j = 0; j < jn; ++j) block_max = std::max(block_max, scores[j]);
+    const float new_max = std::max(s.running_max, block_max);
+    const float correction = std::exp(s.running_max - new_max);
+    s.running_sum *= correction;
+    for (std::int64_t i = 0; i < a.head_dim; ++i) s.acc[i] *= correction;
+    for (std::int64_t j = 0; j < jn; ++j) {
+      p[j] = std::exp(scores[j] - new_max);
+      s.running_sum += p[j];
+    }
+    if (s.probs) std::copy(scores, scores + jn, s.probs + j0);
+    s.running_max = new_max;
+  }
+
+  // Whether offset `off` is replaced; if so adds its 16-bit row.
+  bool add_row(head_state& s, const std::int64_t* which, std::int64_t m, std::int64_t off, float p) const {
     for (std::int64_t r = 0; r < m; ++r)
       if (which[2 * r] == off) {
         const std::int64_t base = which[2 * r + 1];
-        for (std::int64_t c = 0; c < a.head_dim; ++c) acc[c] += p * row_at(rows->v, rows->type, base + c);
-        done = true;
-        return;
+        for (std::int64_t c = 0; c < a.head_dim; ++c) s.acc[c] += p * row_at(rows->v, rows->type, base + c);
+        return true;
       }
+    return false;
   }
 
-  void packed_group(const float* q, std::int64_t g0, std::int64_t tokens) {
+  void packed_group(std::int64_t g0, std::int64_t tokens) {
     const packed_kv& kv = a.kv;
     const std::int64_t d = a.head_dim, n_kv = a.n_kv_heads;
     const std::int64_t chan_bytes = kv.group * B / 8;
@@ -126,80 +194,110 @@ struct scan_one {
     const std::uint16_t* ks = kv.k_scale + block_index * d;
     const std::uint16_t* kz = kv.k_zero + block_index * d;
     // q . k^ = sum_c q_c z_c + sum_c (q_c s_c) U_ct [+ sum_c (q_c s_c / 16)(L_ct - 8)].
-    float qs[max_head_dim];
-    float base = 0;
-    for (std::int64_t c = 0; c < d; ++c) {
-      const float s = f16_to_f32(ks[c]);
-      qs[c] = q[c] * s;
-      base += q[c] * f16_to_f32(kz[c]);
-      if (kl) base -= 8.0f * qs[c] / 16.0f;
+    for (std::int64_t h = 0; h < n_h; ++h) {
+      head_state& s = heads[h];
+      s.base = 0;
+      for (std::int64_t c = 0; c < d; ++c) {
+        const float sc = f16_to_f32(ks[c]);
+        s.qs[c] = s.q[c] * sc;
+        s.base += s.q[c] * f16_to_f32(kz[c]);
+        if (kl) s.base -= 8.0f * s.qs[c] / 16.0f;
+      }
     }
+    float* kt = tiles.k.data();
+    float* klt = tiles.kl.data();
     for (std::int64_t t0 = 0; t0 < tokens; t0 += key_block) {
       const std::int64_t tn = std::min(key_block, tokens - t0);
-      float scores[key_block], p[key_block];
-      std::fill(scores, scores + tn, base);
       for (std::int64_t c = 0; c < d; ++c) {
-        const std::uint8_t* stream = kc + c * chan_bytes;
-        const float w = qs[c];
-        for (std::int64_t t = 0; t < tn; ++t) scores[t] += w * float(code_at<B>(stream, t0 + t));
-        if (kl) {
-          const std::uint8_t* lower = kl + c * chan_bytes;
-          const float wl = w / 16.0f;
-          for (std::int64_t t = 0; t < tn; ++t) scores[t] += wl * float(code_at<4>(lower, t0 + t));
-        }
+        decode_codes<B>(kc + c * chan_bytes, t0, tn, kt + c * key_block);
+        if (kl) decode_codes<4>(kl + c * chan_bytes, t0, tn, klt + c * key_block);
       }
-      for (std::int64_t t = 0; t < tn; ++t) scores[t] *= scale;
+      decode_values(g0 + t0, tn);
       std::int64_t which[2 * key_block];
-      const std::int64_t m = rows ? replaced_in(q, g0 + t0, tn, scores, which) : 0;
-      softmax_block(g0 + t0, scores, tn, p);
-      for (std::int64_t t = 0; t < tn; ++t) {
-        const std::int64_t j = g0 + t0 + t;
-        bool done = false;
-        if (m) add_row(which, m, t, p[t], done);
-        if (!done) add_packed_value(j, p[t]);
+      const std::int64_t m = rows ? replaced_in(g0 + t0, tn, which) : 0;
+      for (std::int64_t h = 0; h < n_h; ++h) {
+        head_state& s = heads[h];
+        float scores[key_block], p[key_block];
+        std::fill(scores, scores + tn, s.base);
+        for (std::int64_t c = 0; c < d; ++c) {
+          const float w = s.qs[c];
+          const float* col = kt + c * key_block;
+          for (std::int64_t t = 0; t < tn; ++t) scores[t] += w * col[t];
+          if (kl) {
+            const float wl = w / 16.0f;
+            const float* lcol = klt + c * key_block;
+            for (std::int64_t t = 0; t < tn; ++t) scores[t] += wl * lcol[t];
+          }
+        }
+        for (std::int64_t t = 0; t < tn; ++t) scores[t] *= scale;
+        if (m) replaced_scores(s, which, m, scores);
+        softmax_block(s, g0 + t0, scores, tn, p);
+        for (std::int64_t t = 0; t < tn; ++t)
+          if (!(m && add_row(s, which, m, t, p[t]))) add_packed_value(s, t, p[t]);
       }
     }
   }
 
-  void add_packed_value(std::int64_t j, float p) {
+  // Value codes of positions j0 .. j0 + jn - 1 into the tiles, [token][channel],
+  // and their scales and zeros as f32.
+  void decode_values(std::int64_t j0, std::int64_t jn) {
     const packed_kv& kv = a.kv;
-    const std::int64_t d = a.head_dim, row = j * a.n_kv_heads + kv_head;
-    const std::int64_t row_bytes = (d * B + 7) / 8, groups = (d + kv.value_group - 1) / kv.value_group;
-    const std::uint8_t* vc = kv.v_codes + row * row_bytes;
-    const std::uint8_t* vl = kv.v_lower ? kv.v_lower + row * row_bytes : nullptr;
-    const std::uint16_t* vs = kv.v_scale + row * groups;
-    const std::uint16_t* vz = kv.v_zero + row * groups;
+    const std::int64_t d = a.head_dim, row_bytes = (d * B + 7) / 8;
+    const std::int64_t groups = (d + kv.value_group - 1) / kv.value_group;
+    for (std::int64_t t = 0; t < jn; ++t) {
+      const std::int64_t row = (j0 + t) * a.n_kv_heads + kv_head;
+      decode_codes<B>(kv.v_codes + row * row_bytes, 0, d, tiles.v.data() + t * d);
+      if (kv.v_lower) decode_codes<4>(kv.v_lower + row * row_bytes, 0, d, tiles.vl.data() + t * d);
+      for (std::int64_t g = 0; g < groups; ++g) {
+        tiles.v_scale[std::size_t(t * groups + g)] = f16_to_f32(kv.v_scale[row * groups + g]);
+        tiles.v_zero[std::size_t(t * groups + g)] = f16_to_f32(kv.v_zero[row * groups + g]);
+      }
+    }
+  }
+
+  // acc += p (z_g + s_g U_tc [+ (s_g / 16)(L_tc - 8)]) over each value group
+  // g of token t of the decoded block.
+  void add_packed_value(head_state& s, std::int64_t t, float p) const {
+    const packed_kv& kv = a.kv;
+    const std::int64_t d = a.head_dim;
+    const std::int64_t groups = (d + kv.value_group - 1) / kv.value_group;
+    const float* vs = tiles.v_scale.data() + t * groups;
+    const float* vz = tiles.v_zero.data() + t * groups;
+    const float* vu = tiles.v.data() + t * d;
+    const float* vlo = kv.v_lower ? tiles.vl.data() + t * d : nullptr;
+    float* acc = s.acc;
     for (std::int64_t g = 0; g < groups; ++g) {
       const std::int64_t c0 = g * kv.value_group, c1 = std::min(d, c0 + kv.value_group);
-      const float ps = p * f16_to_f32(vs[g]);
-      float pz = p * f16_to_f32(vz[g]);
-      if (vl) {
+      const float ps = p * vs[g];
+      float pz = p * vz[g];
+      if (vlo) {
         const float pl = ps / 16.0f;
         pz -= 8.0f * pl;
-        for (std::int64_t c = c0; c < c1; ++c)
-          acc[c] += pz + ps * float(code_at<B>(vc, c)) + pl * float(code_at<4>(vl, c));
+        for (std::int64_t c = c0; c < c1; ++c) acc[c] += pz + ps * vu[c] + pl * vlo[c];
       } else {
-        for (std::int64_t c = c0; c < c1; ++c) acc[c] += pz + ps * float(code_at<B>(vc, c));
+        for (std::int64_t c = c0; c < c1; ++c) acc[c] += pz + ps * vu[c];
       }
     }
   }
 
-  void window_block(const float* q, std::int64_t j0, std::int64_t jn) {
+  void window_block(std::int64_t j0, std::int64_t jn) {
     const std::int64_t d = a.head_dim, stride = a.n_kv_heads * d;
     const float* k = a.win_k + kv_head * d;
     const float* v = a.win_v + kv_head * d;
     const std::int64_t w0 = j0 - a.kv.n_tokens;
-    float scores[key_block], p[key_block];
-    for (std::int64_t j = 0; j < jn; ++j) scores[j] = dot(q, k + (w0 + j) * stride, d) * scale;
     std::int64_t which[2 * key_block];
-    const std::int64_t m = rows ? replaced_in(q, j0, jn, scores, which) : 0;
-    softmax_block(j0, scores, jn, p);
-    for (std::int64_t j = 0; j < jn; ++j) {
-      bool done = false;
-      if (m) add_row(which, m, j, p[j], done);
-      if (done) continue;
-      const float* vr = v + (w0 + j) * stride;
-      for (std::int64_t i = 0; i < d; ++i) acc[i] += p[j] * vr[i];
+    const std::int64_t m = rows ? replaced_in(j0, jn, which) : 0;
+    for (std::int64_t h = 0; h < n_h; ++h) {
+      head_state& s = heads[h];
+      float scores[key_block], p[key_block];
+      for (std::int64_t j = 0; j < jn; ++j) scores[j] = dot(s.q, k + (w0 + j) * stride, d) * scale;
+      if (m) replaced_scores(s, which, m, scores);
+      softmax_block(s, j0, scores, jn, p);
+      for (std::int64_t j = 0; j < jn; ++j) {
+        if (m && add_row(s, which, m, j, p[j])) continue;
+        const float* vr = v + (w0 + j) * stride;
+        for (std::int64_t i = 0; i < d; ++i) s.acc[i] += p[j] * vr[i];
+      }
     }
   }
 };
@@ -253,19 +351,47 @@ void check(const quantized_attention_args& a, const mixed_rows* rows) {
   }
 }
 
+// Query heads per work item: the whole GQA group (its codes decoded once)
+// unless that leaves fewer items than the pool has threads, then the
+// largest divisor of the group that does not. A head's result is the same
+// whichever heads share its item.
+std::int64_t heads_per_item(std::int64_t n, std::int64_t n_kv_heads, std::int64_t group, thread_pool* pool) {
+  const std::int64_t want = std::min<std::int64_t>(pool ? pool->size() : 1, n * n_kv_heads * group);
+  std::int64_t hs = group;
+  while (hs > 1 && n * n_kv_heads * (group / hs) < want) {
+    --hs;
+    while (group % hs != 0) --hs;
+  }
+  return hs;
+}
+
 template <int B>
 void run_all(const quantized_attention_args& a, const mixed_rows* rows, thread_pool* pool) {
   const std::int64_t group = a.n_heads / a.n_kv_heads;
   const float scale = float(1.0 / std::sqrt(double(a.head_dim)));
+  const std::int64_t hs = heads_per_item(a.n, a.n_kv_heads, group, pool), per_kv = group / hs;
   auto body = [&](std::int64_t b, std::int64_t e) {
+    // Per thread, grown once (a head's state is 4 KiB: not for the stack).
+    thread_local std::vector<head_state> states;
+    if (states.size() < std::size_t(hs)) states.resize(std::size_t(hs));
     for (std::int64_t item = b; item < e; ++item) {
-      const std::int64_t i = item / a.n_heads, h = item % a.n_heads;
-      float* probs = a.probs ? a.probs + item * a.probs_stride : nullptr;
-      scan_one<B> s{a, rows, h / group, a.pos0 + i, scale, probs};
-      s.run(a.q + i * a.q_stride + h * a.head_dim, a.out + i * a.out_stride + h * a.head_dim);
+      // item -> (query i, KV head g, slice of its query heads).
+      const std::int64_t i = item / (a.n_kv_heads * per_kv), rest = item % (a.n_kv_heads * per_kv);
+      const std::int64_t g = rest / per_kv, h0 = g * group + (rest % per_kv) * hs;
+      for (std::int64_t k = 0; k < hs; ++k) {
+        head_state& s = states[std::size_t(k)];
+        const std::int64_t h = h0 + k;
+        s.q = a.q + i * a.q_stride + h * a.head_dim;
+        s.out = a.out + i * a.out_stride + h * a.head_dim;
+        s.probs = a.probs ? a.probs + (i * a.n_heads + h) * a.probs_stride : nullptr;
+        s.running_max = -std::numeric_limits<float>::infinity();
+        s.running_sum = 0;
+      }
+      group_scan<B> scan{a, rows, g, a.pos0 + i, scale, states.data(), hs};
+      scan.run();
     }
   };
-  const std::int64_t items = a.n * a.n_heads;
+  const std::int64_t items = a.n * a.n_kv_heads * per_kv;
   if (pool)
     pool->parallel_for(items, body);
   else

@@ -35,6 +35,28 @@ TEST(BenchCli, TinyPresetOnCpuPrintsTableAndJson) {
   EXPECT_FALSE(doc.as_object().at("points").as_array().empty());
 }
 
+// The CPU backend's decode attention alone: f32 and every packed format,
+// SpeCache's mixed read, each against the f32 kernel of the same run.
+TEST(BenchCli, CpuKernelsTimeEveryCacheFormat) {
+  temp_dir tmp;
+  const auto json = tmp.path() / "kernels.json";
+  const auto r = run_specpipe("bench --device cpu --kernels --preset tiny --context 300 --repeats 2 --warmup 0 "
+                              "--json '" + json.string() + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  for (const char* row : {"f32 attention", "kivi 1-bit G=64", "specache 1-bit G=64, mixed_attention", "kivi 2-bit",
+                          "kivi 4-bit", "hier INT4 G=128", "hier INT8 G=128"})
+    EXPECT_THAT(r.out, HasSubstr(row));
+  const auto doc = boost::json::parse(slurp(json));
+  const auto& points = doc.as_object().at("points").as_array();
+  ASSERT_EQ(points.size(), 8u) << r.out;
+  int with_speedup = 0;
+  for (const auto& p : points) {
+    EXPECT_GT(p.as_object().at("median_ms").to_number<double>(), 0.0);
+    with_speedup += p.as_object().contains("speedup_vs_f32");
+  }
+  EXPECT_EQ(with_speedup, 7);  // every row but the f32 baseline
+}
+
 TEST(BenchCli, BadFlagsAreUsageErrors) {
   struct bad { const char* args; const char* says; };
   const bad cases[] = {
@@ -53,6 +75,8 @@ TEST(BenchCli, BadFlagsAreUsageErrors) {
       {"bench --preset tiny --device cuda --packed-order rows", "--packed-order: must be cpu or lane, got 'rows'"},
       {"bench --preset tiny --device cuda --specache-blocks two", "--specache-blocks: must be auto, per-row or shared"},
       {"bench --preset tiny --device cpu --specache-blocks shared", "--specache-blocks: the CUDA decode bench only"},
+      {"bench --device cpu --kernels --gather-only", "--gather-only and --gemv-only time CUDA kernels"},
+      {"bench --device cpu --kernels --kv kivi", "--device cpu --kernels times every cache format; it takes no --kv"},
   };
   for (const auto& c : cases) {
     const auto r = run_specpipe(c.args);
