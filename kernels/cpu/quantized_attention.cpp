@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -56,11 +57,63 @@ void decode_codes(const std::uint8_t* stream, std::int64_t first, std::int64_t n
   constexpr int per_byte = code_table<B>::per_byte;
   const std::uint8_t* s = stream + first / per_byte;
   const std::int64_t whole = n / per_byte;
-  for (std::int64_t i = 0; i < whole; ++i) {
-    const float* e = table<B>.f[s[i]];
-    for (int k = 0; k < per_byte; ++k) out[i * per_byte + k] = e[k];
-  }
+  for (std::int64_t i = 0; i < whole; ++i) std::memcpy(out + i * per_byte, table<B>.f[s[i]], sizeof(float) * per_byte);
   for (std::int64_t i = whole * per_byte; i < n; ++i) out[i] = float(code_at<B>(stream, first + i));
+}
+
+// Tokens (scores) or channels (values) a register tile holds: the loops
+// below keep 16 running sums in four 4-float registers across the other
+// dimension instead of streaming them through memory once per channel or
+// token. Each sum still sees the same operations in the same order. (GCC's
+// vector extension: plain SSE at the baseline target, no fused multiply-add.)
+constexpr int tile = 16;
+using f4 = float __attribute__((vector_size(16)));
+inline f4 load4(const float* p) {
+  f4 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store4(float* p, f4 v) { std::memcpy(p, &v, sizeof v); }
+inline f4 splat4(float x) { return f4{x, x, x, x}; }
+
+// scores[t] = base + sum_c qs[c] kt[c][t] (+ sum_c (qs[c] / 16) klt[c][t]),
+// c ascending, t < tn; kt and klt are [channel][key_block].
+template <bool Lower>
+void code_scores(const float* qs, std::int64_t d, const float* kt, const float* klt, float base, std::int64_t tn,
+                 float* scores) {
+  std::int64_t t0 = 0;
+  for (; t0 + tile <= tn; t0 += tile) {
+    f4 a0 = splat4(base), a1 = a0, a2 = a0, a3 = a0;
+    for (std::int64_t c = 0; c < d; ++c) {
+      const f4 w = splat4(qs[c]);
+      const float* col = kt + c * key_block + t0;
+      a0 += w * load4(col);
+      a1 += w * load4(col + 4);
+      a2 += w * load4(col + 8);
+      a3 += w * load4(col + 12);
+      if constexpr (Lower) {
+        const f4 wl = splat4(qs[c] / 16.0f);
+        const float* l = klt + c * key_block + t0;
+        a0 += wl * load4(l);
+        a1 += wl * load4(l + 4);
+        a2 += wl * load4(l + 8);
+        a3 += wl * load4(l + 12);
+      }
+    }
+    store4(scores + t0, a0);
+    store4(scores + t0 + 4, a1);
+    store4(scores + t0 + 8, a2);
+    store4(scores + t0 + 12, a3);
+  }
+  for (std::int64_t t = t0; t < tn; ++t) {
+    float x = base;
+    for (std::int64_t c = 0; c < d; ++c) {
+      const float w = qs[c];
+      x += w * kt[c * key_block + t];
+      if constexpr (Lower) x += (w / 16.0f) * klt[c * key_block + t];
+    }
+    scores[t] = x;
+  }
 }
 
 // Per thread: one block's codes as floats, decoded once and read by every
@@ -107,6 +160,7 @@ struct group_scan {
   // Replaced rows of this KV head: cursor into the sorted positions.
   const std::int64_t* rep_pos = nullptr;
   std::int64_t rep_count = 0, rep_next = 0;
+  bool tiled_values = false;
 
   void run() {
     const std::int64_t d = a.head_dim;
@@ -117,6 +171,7 @@ struct group_scan {
     }
     const packed_kv& kv = a.kv;
     tiles.reserve(d, (d + kv.value_group - 1) / kv.value_group, kv.k_lower != nullptr);
+    tiled_values = d % tile == 0 && kv.value_group % tile == 0;
     const std::int64_t quant_end = std::min(kv.n_tokens, last + 1);
     for (std::int64_t g0 = 0; g0 < quant_end; g0 += kv.group) packed_group(g0, std::min(kv.group, quant_end - g0));
     for (std::int64_t j0 = kv.n_tokens; j0 <= last; j0 += key_block) window_block(j0, std::min(key_block, last + 1 - j0));
@@ -194,13 +249,17 @@ struct group_scan {
     const std::uint16_t* ks = kv.k_scale + block_index * d;
     const std::uint16_t* kz = kv.k_zero + block_index * d;
     // q . k^ = sum_c q_c z_c + sum_c (q_c s_c) U_ct [+ sum_c (q_c s_c / 16)(L_ct - 8)].
+    float ksf[max_head_dim], kzf[max_head_dim];
+    for (std::int64_t c = 0; c < d; ++c) {
+      ksf[c] = f16_to_f32(ks[c]);
+      kzf[c] = f16_to_f32(kz[c]);
+    }
     for (std::int64_t h = 0; h < n_h; ++h) {
       head_state& s = heads[h];
       s.base = 0;
       for (std::int64_t c = 0; c < d; ++c) {
-        const float sc = f16_to_f32(ks[c]);
-        s.qs[c] = s.q[c] * sc;
-        s.base += s.q[c] * f16_to_f32(kz[c]);
+        s.qs[c] = s.q[c] * ksf[c];
+        s.base += s.q[c] * kzf[c];
         if (kl) s.base -= 8.0f * s.qs[c] / 16.0f;
       }
     }
@@ -218,20 +277,17 @@ struct group_scan {
       for (std::int64_t h = 0; h < n_h; ++h) {
         head_state& s = heads[h];
         float scores[key_block], p[key_block];
-        std::fill(scores, scores + tn, s.base);
-        for (std::int64_t c = 0; c < d; ++c) {
-          const float w = s.qs[c];
-          const float* col = kt + c * key_block;
-          for (std::int64_t t = 0; t < tn; ++t) scores[t] += w * col[t];
-          if (kl) {
-            const float wl = w / 16.0f;
-            const float* lcol = klt + c * key_block;
-            for (std::int64_t t = 0; t < tn; ++t) scores[t] += wl * lcol[t];
-          }
-        }
+        if (kl)
+          code_scores<true>(s.qs, d, kt, klt, s.base, tn, scores);
+        else
+          code_scores<false>(s.qs, d, kt, klt, s.base, tn, scores);
         for (std::int64_t t = 0; t < tn; ++t) scores[t] *= scale;
         if (m) replaced_scores(s, which, m, scores);
         softmax_block(s, g0 + t0, scores, tn, p);
+        if (tiled_values) {
+          add_values_tiled(s, which, m, tn, p);
+          continue;
+        }
         for (std::int64_t t = 0; t < tn; ++t)
           if (!(m && add_row(s, which, m, t, p[t]))) add_packed_value(s, t, p[t]);
       }
@@ -277,6 +333,74 @@ struct group_scan {
       } else {
         for (std::int64_t c = c0; c < c1; ++c) acc[c] += pz + ps * vu[c];
       }
+    }
+  }
+
+  // add_packed_value (or add_row for replaced offsets) for every token of
+  // the block, a tile of channels at a time with its sums in registers:
+  // acc[c] sees the tokens in order, each with the operations of
+  // add_packed_value. Needs head_dim and the value group in whole tiles.
+  void add_values_tiled(head_state& s, const std::int64_t* which, std::int64_t m, std::int64_t tn,
+                        const float* p) const {
+    const packed_kv& kv = a.kv;
+    const std::int64_t d = a.head_dim;
+    const std::int64_t groups = (d + kv.value_group - 1) / kv.value_group;
+    // Per token and value group: p s, p z (and p s / 16, p z - 8 p s / 16).
+    float ps[key_block * max_head_dim / tile], pz[key_block * max_head_dim / tile],
+        pl[key_block * max_head_dim / tile];
+    std::int64_t row_of[key_block];  // the replacing row's base, or -1
+    for (std::int64_t t = 0; t < tn; ++t) {
+      row_of[t] = -1;
+      for (std::int64_t g = 0; g < groups; ++g) {
+        const std::size_t i = std::size_t(t * groups + g);
+        ps[i] = p[t] * tiles.v_scale[i];
+        pz[i] = p[t] * tiles.v_zero[i];
+        if (kv.v_lower) {
+          pl[i] = ps[i] / 16.0f;
+          pz[i] -= 8.0f * pl[i];
+        }
+      }
+    }
+    for (std::int64_t r = 0; r < m; ++r) row_of[which[2 * r]] = which[2 * r + 1];
+    const float* vu = tiles.v.data();
+    const float* vlo = tiles.vl.data();
+    const bool lower = kv.v_lower != nullptr;
+    for (std::int64_t c0 = 0; c0 < d; c0 += tile) {
+      const std::int64_t g = c0 / kv.value_group;
+      f4 a0 = load4(s.acc + c0), a1 = load4(s.acc + c0 + 4), a2 = load4(s.acc + c0 + 8), a3 = load4(s.acc + c0 + 12);
+      for (std::int64_t t = 0; t < tn; ++t) {
+        if (row_of[t] >= 0) {
+          const std::int64_t base = row_of[t] + c0;
+          float x[tile];
+          for (int k = 0; k < tile; ++k) x[k] = row_at(rows->v, rows->type, base + k);
+          const f4 pt = splat4(p[t]);
+          a0 += pt * load4(x);
+          a1 += pt * load4(x + 4);
+          a2 += pt * load4(x + 8);
+          a3 += pt * load4(x + 12);
+          continue;
+        }
+        const std::size_t i = std::size_t(t * groups + g);
+        const float* u = vu + t * d + c0;
+        const f4 z = splat4(pz[i]), sc = splat4(ps[i]);
+        if (lower) {
+          const float* l = vlo + t * d + c0;
+          const f4 sl = splat4(pl[i]);
+          a0 += z + sc * load4(u) + sl * load4(l);
+          a1 += z + sc * load4(u + 4) + sl * load4(l + 4);
+          a2 += z + sc * load4(u + 8) + sl * load4(l + 8);
+          a3 += z + sc * load4(u + 12) + sl * load4(l + 12);
+        } else {
+          a0 += z + sc * load4(u);
+          a1 += z + sc * load4(u + 4);
+          a2 += z + sc * load4(u + 8);
+          a3 += z + sc * load4(u + 12);
+        }
+      }
+      store4(s.acc + c0, a0);
+      store4(s.acc + c0 + 4, a1);
+      store4(s.acc + c0 + 8, a2);
+      store4(s.acc + c0 + 12, a3);
     }
   }
 
