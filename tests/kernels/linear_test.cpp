@@ -96,7 +96,7 @@ TEST_P(linear_shapes, matches_double_reference) {
 INSTANTIATE_TEST_SUITE_P(
     odd_sizes, linear_shapes,
     ::testing::Combine(::testing::Values(dtype::f32, dtype::f16, dtype::bf16),
-                       ::testing::Values<std::int64_t>(1, 3, 9, 17),
+                       ::testing::Values<std::int64_t>(1, 2, 3, 4, 9, 17),
                        ::testing::Values<std::int64_t>(67, 1030),
                        ::testing::Values<std::int64_t>(33, 1), ::testing::Values(1, 3)));
 
