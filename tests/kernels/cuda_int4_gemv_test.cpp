@@ -138,6 +138,8 @@ TEST_F(cuda_int4_gemv, takes_any_k_and_group_that_are_multiples_of_32) {
   run_case(*dev_, 2, 31, 384, 96, kc::gemm_out::bf16, false, 505);
   run_case(*dev_, 5, 40, 1024, 256, kc::gemm_out::f32, false, 506);
   run_case(*dev_, 1, 16, 32, 32, kc::gemm_out::bf16, false, 507);
+  // Whole chunks, three per group (v2-v4 and v7's whole-chunk path).
+  run_case(*dev_, 2, 48, 1536, 384, kc::gemm_out::f32, false, 508);
 }
 
 TEST_F(cuda_int4_gemv, llama_shapes_match) {
