@@ -21,14 +21,12 @@
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/int4_gemv.hpp"
-#include "kernels/cuda/int4_mma.cuh"
 #include "kernels/cuda/vec.cuh"
 
 namespace specpipe::kernels::cuda {
 namespace {
 
 using detail::bf16;
-using namespace int4_detail;
 
 constexpr int int4_threads = 256;
 constexpr int int4_warps = int4_threads / 32;
@@ -36,6 +34,10 @@ constexpr int int4_rows_per_warp = 2;
 constexpr int int4_lane_codes = 32;                   // codes per 16-byte load
 constexpr int int4_warp_cols = 32 * int4_lane_codes;  // columns one warp covers per load
 constexpr int int4_unroll = 4;                        // loads per row in flight per lane
+
+__device__ __forceinline__ unsigned word_of(const uint4& v, int w) {
+  return w == 0 ? v.x : w == 1 ? v.y : w == 2 ? v.z : v.w;
+}
 
 // Nibble e (0..7) of a 32-bit word as f32: 0x4B000000 is 2^23, so the bits
 // 0x4B00000q are the float 2^23 + q exactly.
@@ -169,6 +171,65 @@ constexpr int mma_chunk = 128;  // columns per chunk: 4 lanes x 32
 // the registers must allow (MINB): v2 = (4, 1), v3 = (2, 3). The first cut,
 // (2 with x prefetched, 1), ran at 18-27% of DRAM bandwidth on llama2-7b
 // shapes (ncu, H200) with 2 blocks per SM; (4, 3) spilled.
+
+__device__ __forceinline__ void mma_bf16(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                         unsigned b0, unsigned b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Pair p (0..3) of an 8-nibble word as bf16x2 (128 + q_c, 128 + q_{c+4}),
+// c = p: nibbles p and p + 4 sit at bits 4p and 4p + 16.
+__device__ __forceinline__ unsigned offset_pair(unsigned word, int p) {
+  return detail::and_or(word >> (4 * p), 0x000F000Fu, 0x43004300u);
+}
+
+// One 8-column word of rows g (a) and g + 8 (b) against the same 8 columns
+// of x (xw, 8 bf16 in column order): the offset product T into tt and the
+// sum of x into sx, on the tensor cores.
+__device__ __forceinline__ void word_products(float (&tt)[4], float (&sx)[4], unsigned a, unsigned b,
+                                              const uint4& xw) {
+  constexpr unsigned ones = 0x3F803F80u;  // bf16x2 (1, 1)
+  // Two bf16 per x word, paired (c, c + 4) to match offset_pair: low halves
+  // of (x.x, x.z) = columns 0, 4; ...
+  const unsigned x0 = __byte_perm(xw.x, xw.z, 0x5410), x1 = __byte_perm(xw.x, xw.z, 0x7632);
+  const unsigned x2 = __byte_perm(xw.y, xw.w, 0x5410), x3 = __byte_perm(xw.y, xw.w, 0x7632);
+  mma_bf16(tt, offset_pair(a, 0), offset_pair(b, 0), offset_pair(a, 1), offset_pair(b, 1), x0, x1);
+  mma_bf16(tt, offset_pair(a, 2), offset_pair(b, 2), offset_pair(a, 3), offset_pair(b, 3), x2, x3);
+  mma_bf16(sx, ones, ones, ones, ones, x0, x1);
+  mma_bf16(sx, ones, ones, ones, ones, x2, x3);
+}
+
+// acc += s T + (z - 128 s) sum x with the f16 scale and zero of row g
+// (sa, za) and row g + 8 (sb, zb): C rows g and g + 8, columns 2t and
+// 2t + 1 (x rows).
+__device__ __forceinline__ void scale_products(float (&acc)[4], const float (&tt)[4], const float (&sx)[4],
+                                               unsigned short sa_raw, unsigned short za_raw, unsigned short sb_raw,
+                                               unsigned short zb_raw) {
+  const float sa = __half2float(__ushort_as_half(sa_raw)), za = __half2float(__ushort_as_half(za_raw));
+  const float sb = __half2float(__ushort_as_half(sb_raw)), zb = __half2float(__ushort_as_half(zb_raw));
+  acc[0] += sa * tt[0] + (za - 128.f * sa) * sx[0];
+  acc[1] += sa * tt[1] + (za - 128.f * sa) * sx[1];
+  acc[2] += sb * tt[2] + (zb - 128.f * sb) * sx[2];
+  acc[3] += sb * tt[3] + (zb - 128.f * sb) * sx[3];
+}
+
+// One 128-column chunk of rows g and g + 8 (codes wa, wb; scale and zero of
+// each in s_raw) against the lane's x columns at xc: the offset product T and
+// the chunk's sum of x on the tensor cores, then acc += s T + (z - 128 s) sum x.
+__device__ __forceinline__ void accumulate_chunk(float (&acc)[4], const uint4& wa, const uint4& wb,
+                                          const unsigned short (&s_raw)[4], const bf16* xc, bool has_x) {
+  float tt[4] = {0.f, 0.f, 0.f, 0.f}, sx[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    // Columns 8i .. 8i + 7 of the lane's 32.
+    const uint4 xw = has_x ? __ldg(reinterpret_cast<const uint4*>(xc + 8 * i)) : make_uint4(0, 0, 0, 0);
+    word_products(tt, sx, word_of(wa, i), word_of(wb, i), xw);
+  }
+  scale_products(acc, tt, sx, s_raw[0], s_raw[1], s_raw[2], s_raw[3]);
+}
 
 // The block's 16 rows: each warp's partial sums over its chunks, merged in a
 // fixed order through shared memory, then written (or added) to y.
@@ -358,6 +419,9 @@ __global__ void __launch_bounds__(32 * mma_warps)
 // registers without spills; (4, 3) spills (ptxas, sm_90).
 constexpr int tiled_unroll = 4;
 constexpr int tiled_min_blocks = 1;
+
+__device__ __forceinline__ unsigned short low_half(unsigned v) { return static_cast<unsigned short>(v & 0xFFFFu); }
+__device__ __forceinline__ unsigned short high_half(unsigned v) { return static_cast<unsigned short>(v >> 16); }
 
 // group_units: group / 128 (Whole: chunks per group) or group / 32 (words
 // per group); chunk and word indices fit in 32 bits (k < 2^31).

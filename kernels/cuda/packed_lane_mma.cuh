@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/packed_lane_order.hpp"
+#include "kernels/cuda/vec.cuh"
 
 namespace specpipe::kernels::cuda::lane_mma {
 
@@ -38,16 +39,6 @@ __device__ __forceinline__ unsigned hmul2_raw(unsigned a, unsigned b) {
   return d;
 }
 
-// (x & mask) | bits as one LOP3: written as `&` and `|`, ptxas emits two
-// LOP3s with an immediate each (one instruction per code pair more, 128 per
-// 32-position chunk at 1 bit); a single lop3 makes it keep `bits` in a
-// register instead.
-__device__ __forceinline__ unsigned and_or(unsigned x, unsigned mask, unsigned bits) {
-  unsigned d;
-  asm("lop3.b32 %0, %1, %2, %3, 0xea;\n" : "=r"(d) : "r"(x), "r"(mask), "r"(bits));  // 0xea: (a & b) | c
-  return d;
-}
-
 // The 8x8 f16 tile whose row g, columns 2t and 2t + 1 lane (g, t) holds (an
 // MMA accumulator's layout once packed), transposed: afterwards the lane
 // holds row g of the transpose. One instruction (sm_75+).
@@ -69,7 +60,7 @@ __device__ __forceinline__ unsigned raw_pair(const unsigned* w, int i) {
   const int s = i % PW, p = (s % PH) * B;
   const unsigned x = s >= PH ? (w[i / PW] >> 8) : w[i / PW];
   constexpr unsigned m = (1u << B) - 1u;
-  return and_or(x, (m << p) | (m << (p + 16)), 0x64006400u);
+  return detail::and_or(x, (m << p) | (m << (p + 16)), 0x64006400u);
 }
 template <int B>
 __device__ __forceinline__ unsigned code_pair(const unsigned* w, int i) {

@@ -75,4 +75,15 @@ __device__ __forceinline__ float uniform01(std::uint64_t seed, std::uint64_t ind
   return float(h >> 40) * (1.0f / 16777216.0f);
 }
 
+// (x & mask) | bits as one LOP3: written as `&` and `|`, ptxas emits two
+// LOP3s with an immediate each, an instruction more per call in the code
+// extractions of the packed attention and the 4-bit GEMV (128 per
+// 32-position chunk at 1 bit, 32 per 1 KB chunk of int4 weights); a single
+// lop3 makes it keep the constants in registers instead.
+__device__ __forceinline__ unsigned and_or(unsigned x, unsigned mask, unsigned bits) {
+  unsigned d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xea;\n" : "=r"(d) : "r"(x), "r"(mask), "r"(bits));  // 0xea: (a & b) | c
+  return d;
+}
+
 }  // namespace specpipe::kernels::cuda::detail
