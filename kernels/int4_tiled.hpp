@@ -17,9 +17,14 @@
 // In a block, half h (512 bytes) holds the tile's rows 8h .. 8h + 7; in a
 // half, 16-byte piece L = 4 g + t (g = 0..7, t = 0..3) is what lane L of the
 // warp loads: row 16 tile + 8 h + g, four 4-byte words, word i holding the
-// 8 columns 128 chunk + 32 i + 8 t + e (e = 0..7), column e in bits 4e..4e+3.
-// Each word is thus 4 bytes of the row layout unchanged (even column in the
-// low nibble). Why words, not 32 consecutive columns per lane as v2 reads:
+// 8 columns 128 chunk + 32 i + 8 t + e (e = 0..7): the even columns 0, 2, 4,
+// 6 in nibbles 0..3 (bits 0..15), the odd ones in nibbles 4..7, so column e
+// sits at nibble e / 2 + 4 (e % 2). Why that order: the kernel turns nibbles
+// p and p + 4 of a word into one bf16x2 register with one lop3 (after a shift
+// by 4p), and that register pairs columns 2p and 2p + 1, the same two
+// columns as x's p-th bf16x2 register, so x enters the MMAs as loaded (the
+// row layout's byte order needed four byte permutes per word to pair x to
+// columns p and p + 4). Why words, not 32 consecutive columns per lane as v2 reads:
 // an mma.m16n8k16 takes its 16 k values 4 from each lane t of a quad; with
 // word i of every lane from the same 32 columns, the two MMAs of a word stay
 // inside one group for any group that is a multiple of 32, so small groups
@@ -49,9 +54,11 @@ constexpr std::int64_t int4_tile_chunk_bytes = int4_tile_rows * int4_tile_cols /
 std::int64_t int4_tiled_code_bytes(std::int64_t out, std::int64_t in);
 // f16 elements of the tiled scales and zeros.
 std::int64_t int4_tiled_scale_zero_size(std::int64_t out, std::int64_t in, std::int64_t group);
-// Byte of the tiled codes holding (row, col); the code is its low nibble for
-// an even col, else its high nibble.
-std::int64_t int4_tiled_code_offset(std::int64_t row, std::int64_t col, std::int64_t in);
+// Nibble of the tiled codes holding (row, col): byte nibble / 2, its low
+// nibble when nibble is even.
+std::int64_t int4_tiled_code_nibble(std::int64_t row, std::int64_t col, std::int64_t in);
+// Nibble (0..7) of a word's column e (0..7): e / 2 + 4 (e % 2).
+constexpr int int4_tiled_word_nibble(int e) { return e / 2 + 4 * (e % 2); }
 // Index of (row, group)'s scale in the tiled scales and zeros; its zero follows.
 std::int64_t int4_tiled_scale_offset(std::int64_t row, std::int64_t group_index, std::int64_t groups);
 

@@ -43,11 +43,12 @@ std::int64_t int4_tiled_scale_zero_size(std::int64_t out, std::int64_t in, std::
   return tiles_of(out) * ((in + group - 1) / group) * int4_tile_rows * 2;
 }
 
-std::int64_t int4_tiled_code_offset(std::int64_t row, std::int64_t col, std::int64_t in) {
+std::int64_t int4_tiled_code_nibble(std::int64_t row, std::int64_t col, std::int64_t in) {
   const std::int64_t tile = row / int4_tile_rows, half = (row % int4_tile_rows) / 8, g = row % 8;
   const std::int64_t chunk = col / int4_tile_cols, word = (col % int4_tile_cols) / 32, t = (col % 32) / 8;
   const std::int64_t lane = 4 * g + t;
-  return (((tile * chunks_of(in) + chunk) * 2 + half) * 32 + lane) * 16 + 4 * word + (col % 8) / 2;
+  const std::int64_t word_byte = (((tile * chunks_of(in) + chunk) * 2 + half) * 32 + lane) * 16 + 4 * word;
+  return 2 * word_byte + int4_tiled_word_nibble(int(col % 8));
 }
 
 std::int64_t int4_tiled_scale_offset(std::int64_t row, std::int64_t group_index, std::int64_t groups) {
@@ -73,17 +74,19 @@ int4_tiled_weights tile_int4(const int4_matrix& m) {
   t.group = m.group;
   t.codes.assign(std::size_t(int4_tiled_code_bytes(m.out, m.in)), 0);
   t.scale_zero.assign(std::size_t(int4_tiled_scale_zero_size(m.out, m.in, m.group)), 0);
-  const std::int64_t groups = m.groups(), row_bytes = (m.in + 1) / 2;
+  const std::int64_t groups = m.groups();
   for (std::int64_t r = 0; r < m.out; ++r) {
     const std::uint8_t* row = m.codes + r * m.code_stride;
-    // Word by word (8 columns, 4 bytes that stay together); the row's padding
-    // bytes and an odd last column's high nibble are not copied.
+    // Word by word (8 columns), each code to its nibble of the word; the
+    // row's padding bytes and an odd last column's high nibble are not read.
     for (std::int64_t c0 = 0; c0 < m.in; c0 += 8) {
-      std::uint8_t* dst = t.codes.data() + int4_tiled_code_offset(r, c0, m.in);
-      for (std::int64_t b = 0; b < 4 && c0 / 2 + b < row_bytes; ++b) {
-        const std::int64_t c = c0 + 2 * b;
-        dst[b] = c + 1 < m.in ? row[c / 2] : std::uint8_t(row[c / 2] & 0x0fu);
+      std::uint32_t word = 0;
+      for (int e = 0; e < 8 && c0 + e < m.in; ++e) {
+        const std::uint32_t q = (row[(c0 + e) / 2] >> (4 * ((c0 + e) % 2))) & 15u;
+        word |= q << (4 * int4_tiled_word_nibble(e));
       }
+      std::uint8_t* dst = t.codes.data() + int4_tiled_code_nibble(r, c0, m.in) / 2;
+      for (int b = 0; b < 4; ++b) dst[b] = std::uint8_t(word >> (8 * b));
     }
     for (std::int64_t g = 0; g < groups; ++g) {
       std::uint16_t* sz = t.scale_zero.data() + int4_tiled_scale_offset(r, g, groups);
@@ -96,7 +99,8 @@ int4_tiled_weights tile_int4(const int4_matrix& m) {
 
 std::uint8_t int4_tiled_code(const int4_tiled_matrix& t, std::int64_t row, std::int64_t col) {
   check_tiled_element(t, row, col, "int4_tiled_code");
-  return std::uint8_t((t.codes[int4_tiled_code_offset(row, col, t.in)] >> ((col & 1) * 4)) & 15u);
+  const std::int64_t nibble = int4_tiled_code_nibble(row, col, t.in);
+  return std::uint8_t((t.codes[nibble / 2] >> (4 * (nibble % 2))) & 15u);
 }
 
 float int4_tiled_weight(const int4_tiled_matrix& t, std::int64_t row, std::int64_t col) {

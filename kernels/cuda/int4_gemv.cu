@@ -408,24 +408,51 @@ __global__ void __launch_bounds__(32 * mma_warps)
 // load per lane (sa, za, sb, zb) instead of four 2-byte ones from four
 // rows. Lane (g, t)'s word i of a chunk holds columns 32 i + 8 t .. + 7, so
 // its x is one 16-byte load per word at that column and each MMA's k values
-// lie in one 32-column slice. Whole (k and group multiples of 128): one
-// scale per chunk and row, the four words' products summed first as in v2.
-// Otherwise every word is scaled with its own group's scale and the last
-// chunk's words past k (zero codes, x not read) are skipped. Padding rows
-// (n not a multiple of 16) have zero codes and scales, are computed and
-// dropped by mma_write_rows. The merge over warps and the writes are v2's.
-// Chunks in flight per warp and blocks per SM the registers must allow:
-// v2's (4, 1), 96 registers, 2 blocks per SM. (2, 3) compiles to 72
-// registers without spills; (4, 3) spills (ptxas, sm_90).
-constexpr int tiled_unroll = 4;
-constexpr int tiled_min_blocks = 1;
+// lie in one 32-column slice. The word's nibbles are ordered so that pair p
+// (nibbles p, p + 4) is columns 2p and 2p + 1, x's p-th bf16x2 register as
+// loaded: no byte permutes (v2 needs four per word).
+//
+// The kernel is bound by its instructions (NOTES.md, "Stop 20": ~210 warp
+// instructions per 1 KB chunk, half the issue slots busy), so it is written
+// for few of them: 32-bit chunk indices, one 64-bit address per load, no
+// predicate on x (rows of x past m read row m - 1: their products land in
+// columns of D that mma_write_rows drops), one FFMA pair per output, and
+// the scale index without a division for the default group of one chunk.
+// Scales: tiled_scales::chunk (group = 128), chunks (group a multiple of
+// 128: chunk / group_units), words (k or group not multiples of 128: every
+// word scaled with its own group's scale, the last chunk's words past k,
+// zero codes, skipped). Padding rows (n not a multiple of 16) have zero
+// codes and scales, are computed and dropped by mma_write_rows. The merge
+// over warps and the writes are v2's.
+enum class tiled_scales { chunk, chunks, words };
+constexpr int tiled_unroll = 4;       // chunks in flight per warp
+constexpr int tiled_min_blocks = 2;   // blocks per SM the registers must allow
 
-__device__ __forceinline__ unsigned short low_half(unsigned v) { return static_cast<unsigned short>(v & 0xFFFFu); }
-__device__ __forceinline__ unsigned short high_half(unsigned v) { return static_cast<unsigned short>(v >> 16); }
+// Word products over the tiled nibble order: pair p against x's register p.
+__device__ __forceinline__ void tiled_word_products(float (&tt)[4], float (&sx)[4], unsigned a, unsigned b,
+                                                    const uint4& xw) {
+  constexpr unsigned ones = 0x3F803F80u;  // bf16x2 (1, 1)
+  mma_bf16(tt, offset_pair(a, 0), offset_pair(b, 0), offset_pair(a, 1), offset_pair(b, 1), xw.x, xw.y);
+  mma_bf16(tt, offset_pair(a, 2), offset_pair(b, 2), offset_pair(a, 3), offset_pair(b, 3), xw.z, xw.w);
+  mma_bf16(sx, ones, ones, ones, ones, xw.x, xw.y);
+  mma_bf16(sx, ones, ones, ones, ones, xw.z, xw.w);
+}
 
-// group_units: group / 128 (Whole: chunks per group) or group / 32 (words
-// per group); chunk and word indices fit in 32 bits (k < 2^31).
-template <bool OutF32, bool Whole, int U, int MINB>
+// acc += s T + (z - 128 s) sum x from the tiled (sa, za, sb, zb) entry.
+__device__ __forceinline__ void tiled_scale_products(float (&acc)[4], const float (&tt)[4], const float (&sx)[4],
+                                                     uint2 sz) {
+  const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&sz.x));
+  const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&sz.y));
+  const float za = fmaf(-128.f, a.x, a.y), zb = fmaf(-128.f, b.x, b.y);
+  acc[0] = fmaf(a.x, tt[0], fmaf(za, sx[0], acc[0]));
+  acc[1] = fmaf(a.x, tt[1], fmaf(za, sx[1], acc[1]));
+  acc[2] = fmaf(b.x, tt[2], fmaf(zb, sx[2], acc[2]));
+  acc[3] = fmaf(b.x, tt[3], fmaf(zb, sx[3], acc[3]));
+}
+
+// group_units: group / 128 (chunks) or group / 32 (words); chunk and word
+// indices fit in 32 bits (k < 2^31).
+template <bool OutF32, tiled_scales S, int U, int MINB>
 __global__ void __launch_bounds__(32 * mma_warps, MINB)
     int4_gemv_tiled_kernel(const bf16* __restrict__ x, std::int64_t ldx, const uint4* __restrict__ codes,
                            const uint2* __restrict__ scale_zero, std::int64_t groups, unsigned group_units,
@@ -435,53 +462,64 @@ __global__ void __launch_bounds__(32 * mma_warps, MINB)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
   const std::int64_t row0 = std::int64_t(blockIdx.x) * 16;
-  const std::int64_t chunks = (k + mma_chunk - 1) / mma_chunk;
-  // Chunk ch of the tile: ct[64 ch] (rows g), ct[64 ch + 32] (rows g + 8);
-  // group gi's scales and zeros: szt[8 gi].
-  const uint4* ct = codes + std::int64_t(blockIdx.x) * chunks * 64 + lane;
+  const int chunks = int((k + mma_chunk - 1) / mma_chunk), words = int(k / 32);
+  // The warp's chunks warp, warp + 8, ...: chunk ch of the tile is cp[64 ch]
+  // (rows g) and cp[64 ch + 32] (rows g + 8), group gi's scales and zeros
+  // szt[8 gi]. The pointers below start at the warp's first chunk and move
+  // by one iteration (U chunks of this warp) at a time, so every load of an
+  // iteration is one base register plus an immediate (indices clamped per
+  // chunk cost ~20 address instructions a chunk, a fifth of its products).
+  constexpr int iter = U * mma_warps;  // chunks per iteration of the block
+  const uint4* cp = codes + (std::int64_t(blockIdx.x) * chunks + warp) * 64 + lane;
   const uint2* szt = scale_zero + std::int64_t(blockIdx.x) * groups * 8 + g;
-  const bool has_x = g < m;
-  const bf16* xr = x + std::int64_t(has_x ? g : 0) * ldx + 8 * t;
+  const uint2* sp = szt + 8 * warp;  // chunk: one group per chunk
+  const bf16* xp = x + std::int64_t(min(g, m - 1)) * ldx + 8 * t + std::int64_t(warp) * mma_chunk;
   float acc[4] = {0.f, 0.f, 0.f, 0.f};
 
-  struct stage {
-    uint4 wa[U], wb[U];
-    uint2 sz[U];  // Whole only
-  };
-  auto load = [&](std::int64_t c0, stage& st) {
+  uint4 wa[U], wb[U];
+  uint2 sz[U];  // chunk and chunks only
+  auto load = [&](int c0) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const std::int64_t ch = min(c0 + std::int64_t(u) * mma_warps, chunks - 1);
-      st.wa[u] = __ldcs(ct + 64 * ch);
-      st.wb[u] = __ldcs(ct + 64 * ch + 32);
-      if constexpr (Whole) st.sz[u] = __ldg(szt + 8 * std::int64_t(unsigned(ch) / group_units));
+      const int ch = c0 + u * mma_warps;
+      if (ch >= chunks) break;
+      wa[u] = __ldcs(cp + 64 * mma_warps * u);
+      wb[u] = __ldcs(cp + 64 * mma_warps * u + 32);
+      if constexpr (S == tiled_scales::chunk) sz[u] = __ldg(sp + 8 * mma_warps * u);
+      if constexpr (S == tiled_scales::chunks) sz[u] = __ldg(szt + 8 * (unsigned(ch) / group_units));
     }
   };
-  for_warp_chunks<U, stage>(warp, chunks, load, [&](const stage& cur, int u, std::int64_t ch) {
-    const bf16* xc = xr + ch * mma_chunk;
-    if constexpr (Whole) {
-      float tt[4] = {0.f, 0.f, 0.f, 0.f}, sx[4] = {0.f, 0.f, 0.f, 0.f};
+  int c0 = warp;
+  if (c0 < chunks) load(c0);
+  detail::grid_dependency_wait();  // x (and y, accumulated) come from the kernels before
+  for (; c0 < chunks; c0 += iter, cp += 64 * iter, sp += 8 * iter, xp += std::int64_t(iter) * mma_chunk) {
+    if (c0 != warp) load(c0);
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const uint4 xw = has_x ? __ldg(reinterpret_cast<const uint4*>(xc + 32 * i)) : make_uint4(0, 0, 0, 0);
-        word_products(tt, sx, word_of(cur.wa[u], i), word_of(cur.wb[u], i), xw);
-      }
-      const uint2 sz = cur.sz[u];
-      scale_products(acc, tt, sx, low_half(sz.x), high_half(sz.x), low_half(sz.y), high_half(sz.y));
-    } else {
-      const std::int64_t words = min(std::int64_t(4), (k - ch * mma_chunk) / 32);
+    for (int u = 0; u < U; ++u) {
+      const int ch = c0 + u * mma_warps;
+      if (ch >= chunks) break;
+      const bf16* xc = xp + u * mma_warps * mma_chunk;
+      if constexpr (S != tiled_scales::words) {
+        uint4 xw[4];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        if (i >= words) break;
+        for (int i = 0; i < 4; ++i) xw[i] = __ldg(reinterpret_cast<const uint4*>(xc + 32 * i));
         float tt[4] = {0.f, 0.f, 0.f, 0.f}, sx[4] = {0.f, 0.f, 0.f, 0.f};
-        const uint4 xw = has_x ? __ldg(reinterpret_cast<const uint4*>(xc + 32 * i)) : make_uint4(0, 0, 0, 0);
-        word_products(tt, sx, word_of(cur.wa[u], i), word_of(cur.wb[u], i), xw);
-        const unsigned gi = (unsigned(ch) * 4u + unsigned(i)) / group_units;
-        const uint2 sz = __ldg(szt + 8 * std::int64_t(gi));
-        scale_products(acc, tt, sx, low_half(sz.x), high_half(sz.x), low_half(sz.y), high_half(sz.y));
+#pragma unroll
+        for (int i = 0; i < 4; ++i) tiled_word_products(tt, sx, word_of(wa[u], i), word_of(wb[u], i), xw[i]);
+        tiled_scale_products(acc, tt, sx, sz[u]);
+      } else {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int word = 4 * ch + i;
+          if (word >= words) break;  // past k: zero codes, and x is not read past its row
+          float tt[4] = {0.f, 0.f, 0.f, 0.f}, sx[4] = {0.f, 0.f, 0.f, 0.f};
+          tiled_word_products(tt, sx, word_of(wa[u], i), word_of(wb[u], i),
+                              __ldg(reinterpret_cast<const uint4*>(xc + 32 * i)));
+          tiled_scale_products(acc, tt, sx, __ldg(szt + 8 * (unsigned(word) / group_units)));
+        }
       }
     }
-  });
+  }
   mma_write_rows<OutF32>(part_s, acc, warp, g, t, row0, y, ldy, accumulate, m, n);
 }
 
@@ -509,16 +547,23 @@ void launch_mma(const int4_gemv_args& a, cudaStream_t s) {
   CUDA_CHECK_LAUNCH();
 }
 
-template <bool OutF32, bool Whole>
+template <bool OutF32, tiled_scales S>
 void launch_tiled(const int4_gemv_args& a, cudaStream_t s) {
   const dim3 grid(unsigned((a.n + 15) / 16));
   const std::int64_t groups = (a.k + a.group - 1) / a.group;
-  detail::launch_kernel(int4_gemv_tiled_kernel<OutF32, Whole, tiled_unroll, tiled_min_blocks>, grid,
+  detail::launch_kernel(int4_gemv_tiled_kernel<OutF32, S, tiled_unroll, tiled_min_blocks>, grid,
                         dim3(32 * mma_warps), 0, s, a.dependent, reinterpret_cast<const bf16*>(a.x), a.ldx,
                         reinterpret_cast<const uint4*>(a.codes), reinterpret_cast<const uint2*>(a.scale_zero),
-                        groups, unsigned(a.group / (Whole ? mma_chunk : 32)), a.y, a.ldy, a.accumulate, int(a.m),
-                        a.n, a.k);
+                        groups, unsigned(a.group / (S == tiled_scales::words ? 32 : mma_chunk)), a.y, a.ldy,
+                        a.accumulate, int(a.m), a.n, a.k);
   CUDA_CHECK_LAUNCH();
+}
+
+template <bool OutF32>
+void launch_tiled_scales(const int4_gemv_args& a, cudaStream_t s) {
+  if (a.k % mma_chunk != 0 || a.group % mma_chunk != 0) launch_tiled<OutF32, tiled_scales::words>(a, s);
+  else if (a.group == mma_chunk) launch_tiled<OutF32, tiled_scales::chunk>(a, s);
+  else launch_tiled<OutF32, tiled_scales::chunks>(a, s);
 }
 
 template <int M, bool OutF32>
@@ -584,11 +629,8 @@ void int4_gemv(const int4_gemv_args& a, stream_t s) {
                                 std::to_string(a.group) + " code_stride=" + std::to_string(a.code_stride) +
                                 " ldx=" + std::to_string(a.ldx));
   if (tiles) {
-    const bool f32 = a.out == gemm_out::f32, whole = a.k % mma_chunk == 0 && a.group % mma_chunk == 0;
-    if (f32 && whole) launch_tiled<true, true>(a, as_stream(s));
-    else if (f32) launch_tiled<true, false>(a, as_stream(s));
-    else if (whole) launch_tiled<false, true>(a, as_stream(s));
-    else launch_tiled<false, false>(a, as_stream(s));
+    if (a.out == gemm_out::f32) launch_tiled_scales<true>(a, as_stream(s));
+    else launch_tiled_scales<false>(a, as_stream(s));
     return;
   }
   if (a.version != 1 && a.k % mma_chunk == 0 && a.group % mma_chunk == 0) {

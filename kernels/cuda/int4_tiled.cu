@@ -1,9 +1,9 @@
 // The tiled repack of 4-bit weights on the GPU (int4_tiled.hpp), the same
-// bytes as kernels/cpu/int4_tiled.cpp's tile_int4. Each word of 8 codes
-// moves unchanged (4 bytes of the row layout); only a row's last word is
-// masked when in is not a multiple of 8, as the CPU copies no code past in.
-// It runs once per weight matrix, so it is written plainly: one 4-byte read
-// per word, one 16-byte store per piece.
+// bytes as kernels/cpu/int4_tiled.cpp's tile_int4. Each word of 8 codes is
+// 4 bytes of the row layout with its nibbles reordered (even columns first);
+// a row's last word is masked when in is not a multiple of 8, as the CPU
+// reads no code past in. It runs once per weight matrix, so it is written
+// plainly: one 4-byte read per word, one 16-byte store per piece.
 #include <climits>
 #include <cstdint>
 #include <stdexcept>
@@ -19,6 +19,15 @@ namespace {
 constexpr int tile_threads = 256;
 constexpr std::int64_t tile_rows = kernels::cpu::int4_tile_rows;
 constexpr std::int64_t tile_cols = kernels::cpu::int4_tile_cols;
+
+// A row-layout word (column e at nibble e) in the tiled order (column e at
+// nibble e / 2 + 4 (e % 2)).
+__device__ __forceinline__ unsigned tiled_nibble_order(unsigned w) {
+  unsigned r = 0;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) r |= ((w >> (4 * e)) & 15u) << (4 * (e / 2 + 4 * (e % 2)));  // int4_tiled_word_nibble
+  return r;
+}
 
 // Piece p = ((tile * chunks + chunk) * 2 + half) * 32 + lane of the tiled
 // codes: row 16 tile + 8 half + lane / 4, words of columns
@@ -39,6 +48,7 @@ __global__ void __launch_bounds__(tile_threads)
     if (row < out && c0 < in) {
       w[i] = *reinterpret_cast<const unsigned*>(codes + row * code_stride + c0 / 2);
       if (in - c0 < 8) w[i] &= (1u << (4 * (in - c0))) - 1u;
+      w[i] = tiled_nibble_order(w[i]);
     }
   }
   tiled[p] = make_uint4(w[0], w[1], w[2], w[3]);

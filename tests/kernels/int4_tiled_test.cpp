@@ -71,10 +71,10 @@ TEST_P(int4_tiled_shapes, padding_rows_and_columns_are_zero) {
   std::vector<std::uint8_t> owned(t.codes.size(), 0);
   for (std::int64_t r = 0; r < out; ++r)
     for (std::int64_t c = 0; c < in; ++c) {
-      const std::int64_t o = int4_tiled_code_offset(r, c, in);
+      const std::int64_t nib = int4_tiled_code_nibble(r, c, in), o = nib / 2;
       ASSERT_GE(o, 0);
       ASSERT_LT(o, std::int64_t(owned.size()));
-      const std::uint8_t nibble = c % 2 ? 0xf0 : 0x0f;
+      const std::uint8_t nibble = nib % 2 ? 0xf0 : 0x0f;
       ASSERT_EQ(owned[std::size_t(o)] & nibble, 0) << "(" << r << ", " << c << ") shares a nibble";
       owned[std::size_t(o)] |= nibble;
     }
@@ -91,7 +91,8 @@ TEST_P(int4_tiled_shapes, padding_rows_and_columns_are_zero) {
 
 // int4 GEMV v7 in scalar code: block = tile, warp-chunk loop, lane (g, t),
 // the pieces at 64 ch + lane (+ 32 for rows g + 8) in 16-byte units, word i
-// = columns 128 ch + 32 i + 8 t + e at nibble e, the (sa, za, sb, zb) entry at
+// = columns 128 ch + 32 i + 8 t + e at nibble e / 2 + 4 (e % 2) (pair p =
+// nibbles p, p + 4 = columns 2p, 2p + 1), the (sa, za, sb, zb) entry at
 // tile * groups * 8 + g + 8 gi in 8-byte units, gi from the chunk (k and
 // group multiples of 128) or the word (otherwise), words past k skipped.
 // Also returns sum |x w| per row, the scale of the f32 reference's rounding.
@@ -116,13 +117,15 @@ std::pair<std::vector<double>, std::vector<double>> kernel_order_product(const i
             const std::int64_t gi = whole ? ch / (group / 128) : (ch * 4 + i) / (group / 32);
             const std::uint16_t* sz = tw.scale_zero.data() + 4 * (tile * groups * 8 + g + 8 * gi) + 2 * half;
             const double s = f16_to_f32(sz[0]), z = f16_to_f32(sz[1]);
-            for (int e = 0; e < 8; ++e) {
-              const double q = double((word >> (4 * e)) & 15u);
-              if (row >= n) continue;
-              const double p = double(x[std::size_t(c0 + e)]) * (z + s * q);
-              y[std::size_t(row)] += p;
-              mag[std::size_t(row)] += std::fabs(p);
-            }
+            for (int p = 0; p < 4; ++p)
+              for (int h = 0; h < 2; ++h) {
+                const int e = 2 * p + h;  // nibble p + 4 h
+                const double q = double((word >> (4 * (p + 4 * h))) & 15u);
+                if (row >= n) continue;
+                const double prod = double(x[std::size_t(c0 + e)]) * (z + s * q);
+                y[std::size_t(row)] += prod;
+                mag[std::size_t(row)] += std::fabs(prod);
+              }
           }
         }
       }
@@ -163,16 +166,19 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(int4_tiled, offsets_follow_the_lane_order) {
   const std::int64_t in = 1000;  // 8 chunks
-  EXPECT_EQ(int4_tiled_code_offset(0, 0, in), 0);
-  EXPECT_EQ(int4_tiled_code_offset(0, 1, in), 0);       // the high nibble
-  EXPECT_EQ(int4_tiled_code_offset(0, 2, in), 1);       // the next byte of the word
-  EXPECT_EQ(int4_tiled_code_offset(0, 8, in), 16);      // lane t = 1
-  EXPECT_EQ(int4_tiled_code_offset(0, 32, in), 4);      // word 1 of lane 0
-  EXPECT_EQ(int4_tiled_code_offset(1, 0, in), 64);      // lane g = 1
-  EXPECT_EQ(int4_tiled_code_offset(8, 0, in), 512);     // the second half: rows 8..15
-  EXPECT_EQ(int4_tiled_code_offset(0, 128, in), 1024);  // chunk 1
-  EXPECT_EQ(int4_tiled_code_offset(16, 0, in), 8 * 1024);  // tile 1 after the 8 chunks of tile 0
-  EXPECT_EQ(int4_tiled_code_offset(16 + 8 + 7, 128 + 96 + 24 + 7, in), 9 * 1024 + 512 + 31 * 16 + 12 + 3);
+  // Within a word: even columns in nibbles 0..3, odd ones in nibbles 4..7.
+  EXPECT_EQ(int4_tiled_code_nibble(0, 0, in), 0);
+  EXPECT_EQ(int4_tiled_code_nibble(0, 1, in), 4);   // column 1: nibble 4 (byte 2, low)
+  EXPECT_EQ(int4_tiled_code_nibble(0, 2, in), 1);   // column 2: byte 0's high nibble
+  EXPECT_EQ(int4_tiled_code_nibble(0, 6, in), 3);
+  EXPECT_EQ(int4_tiled_code_nibble(0, 7, in), 7);
+  EXPECT_EQ(int4_tiled_code_nibble(0, 8, in), 2 * 16);      // lane t = 1
+  EXPECT_EQ(int4_tiled_code_nibble(0, 32, in), 2 * 4);      // word 1 of lane 0
+  EXPECT_EQ(int4_tiled_code_nibble(1, 0, in), 2 * 64);      // lane g = 1
+  EXPECT_EQ(int4_tiled_code_nibble(8, 0, in), 2 * 512);     // the second half: rows 8..15
+  EXPECT_EQ(int4_tiled_code_nibble(0, 128, in), 2 * 1024);  // chunk 1
+  EXPECT_EQ(int4_tiled_code_nibble(16, 0, in), 2 * 8 * 1024);  // tile 1 after the 8 chunks of tile 0
+  EXPECT_EQ(int4_tiled_code_nibble(16 + 8 + 7, 128 + 96 + 24 + 7, in), 2 * (9 * 1024 + 512 + 31 * 16 + 12) + 7);
   EXPECT_EQ(int4_tiled_scale_offset(0, 0, 5), 0);
   EXPECT_EQ(int4_tiled_scale_offset(8, 0, 5), 2);   // row g + 8 follows row g's pair
   EXPECT_EQ(int4_tiled_scale_offset(3, 0, 5), 12);  // g = 3
@@ -188,9 +194,16 @@ TEST(int4_tiled, a_lanes_piece_is_four_words_of_its_row) {
       for (int tl = 0; tl < 4; ++tl) {
         const std::int64_t lane = 4 * (r % 8) + tl;
         const std::uint8_t* piece = t.codes.data() + ((r / 16 * 4 + ch) * 2 + r % 16 / 8) * 512 + lane * 16;
-        for (int i = 0; i < 4; ++i)
-          EXPECT_EQ(std::memcmp(piece + 4 * i, q.codes.data() + r * q.code_stride + 64 * ch + 16 * i + 4 * tl, 4), 0)
-              << "row " << r << " chunk " << ch << " lane t " << tl << " word " << i;
+        for (int i = 0; i < 4; ++i) {
+          std::uint32_t word;
+          std::memcpy(&word, piece + 4 * i, 4);
+          for (int e = 0; e < 8; ++e) {
+            const std::int64_t c = 128 * ch + 32 * i + 8 * tl + e;
+            const unsigned want = (q.codes[std::size_t(r * q.code_stride + c / 2)] >> (4 * (c % 2))) & 15u;
+            EXPECT_EQ((word >> (4 * int4_tiled_word_nibble(e))) & 15u, want)
+                << "row " << r << " chunk " << ch << " lane t " << tl << " word " << i << " column " << e;
+          }
+        }
       }
 }
 
