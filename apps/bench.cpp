@@ -209,8 +209,8 @@ int bench_main(int argc, char** argv) {
     ("packed-order", po::value(&packed_order)->default_value("lane"),
      "CUDA decode, quantized caches: lane (packed attention v4, head_dim 128) or cpu (v3)")
     ("draft-gemv", po::value(&o.draft_gemv)->default_value(0),
-     "quantspec (cuda): the draft's 4-bit GEMV version, 2, 3, 4 or 7 (7 reads the weights repacked "
-     "in 16-row tiles; 0: the default)")
+     "quantspec (cuda): the draft's 4-bit GEMV version, 2, 3, 4, 7 or 9 (7 and 9 read the weights "
+     "repacked in 16-row tiles, 9 streams them by the bulk copy engine; 0: the default, 7)")
     ("gamma", po::value(&qso.gamma)->default_value("5"), "quantspec: draft tokens per round, or auto")
     ("weight-group", po::value(&qso.weight_group)->default_value(128),
      "quantspec: columns per scale of the 4-bit draft weights")
@@ -286,8 +286,8 @@ int bench_main(int argc, char** argv) {
   }
   if (o.transfer_latency_us < 0 || o.transfer_latency_us > 1000000)
     throw usage_error("--transfer-latency-us: must be in [0, 1000000], got " + std::to_string(o.transfer_latency_us));
-  if (o.draft_gemv != 0 && (o.draft_gemv < 2 || o.draft_gemv > 4) && o.draft_gemv != 7)
-    throw usage_error("--draft-gemv: must be 0 (the default), 2, 3, 4 or 7, got " + std::to_string(o.draft_gemv));
+  if (o.draft_gemv != 0 && (o.draft_gemv < 2 || o.draft_gemv > 4) && o.draft_gemv != 7 && o.draft_gemv != 9)
+    throw usage_error("--draft-gemv: must be 0 (the default), 2, 3, 4, 7 or 9, got " + std::to_string(o.draft_gemv));
   if (packed_order != "cpu" && packed_order != "lane")
     throw usage_error("--packed-order: must be cpu or lane, got '" + packed_order + "'");
   o.packed_lane_order = packed_order == "lane";

@@ -273,7 +273,7 @@ void int4_gemv_points(const bench_options& o, bench_report& r) {
     buffer x(*dev, std::size_t(8 * kk) * 2), y(*dev, std::size_t(8 * n) * 4);
     kc::fill_uniform_bf16(x.as<std::uint16_t>(), 8 * kk, -1, 1, 8, st.get());
     const double qb = q.bytes();
-    // Version 7 reads the same weights repacked in 16-row tiles, once, here.
+    // Versions 7 and 9 read the same weights repacked in 16-row tiles, once, here.
     buffer tiled(*dev, std::size_t(kernels::cpu::int4_tiled_code_bytes(n, kk))),
         tiled_sz(*dev, std::size_t(kernels::cpu::int4_tiled_scale_zero_size(n, kk, 128)) * 2);
     {
@@ -289,10 +289,10 @@ void int4_gemv_points(const bench_options& o, bench_report& r) {
       t.tiled_scale_zero = tiled_sz.as<std::uint16_t>();
       kc::int4_tile(t, st.get());
     }
-    for (const int version : {1, 2, 3, 4, 7})
+    for (const int version : {1, 2, 3, 4, 7, 9})
       for (const std::int64_t m : {1, 4}) {
         kc::int4_gemv_args g = q.args(x, y, m, version, kc::gemm_out::f32);
-        if (version == 7) {
+        if (kc::int4_gemv_layout(version) == kc::int4_layout::tiles) {
           g.codes = tiled.as<std::uint8_t>();
           g.scale_zero = tiled_sz.as<std::uint16_t>();
           g.scale = g.zero = nullptr;

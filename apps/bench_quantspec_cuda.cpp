@@ -95,7 +95,7 @@ bench_report run_cuda_quantspec_bench(const bench_options& o, const quantspec_be
                       "): the measured acceptance says nothing about a trained model (--acceptance A gives the "
                       "speedup at a rate A)");
   }
-  gpu->make_draft(dopts.group, kc::int4_gemv_layout(o.draft_gemv ? o.draft_gemv : kc::int4_gemv_args{}.version));
+  gpu->make_draft(dopts.group, kc::int4_gemv_layout(o.draft_gemv ? o.draft_gemv : kc::int4_gemv_default_version));
   r.notes.push_back(describe_draft_memory(c, dopts) + "; on the GPU " + fixed(double(gpu->draft_bytes()) / gib, 2) +
                     " GiB");
   r.notes.push_back("quantspec on the GPU: hier G=" + std::to_string(G) + ", gamma " + std::to_string(gamma) +

@@ -53,12 +53,12 @@ class cuda_model {
   // std::invalid_argument when the group is not a positive multiple of 32 or
   // a projection's input size is not a multiple of 32 (the int4 GEMV's).
   // `layout` is the one the draft's GEMV version reads
-  // (kernels::cuda::int4_gemv_layout): rows for 1-4, tiles for 7, repacked
+  // (kernels::cuda::int4_gemv_layout): rows for 1-4, tiles for 7 and 9, repacked
   // on the device right after quantizing (kernels/int4_tiled.hpp); the
   // default follows the default version.
   void make_draft(std::int64_t group = 128,
                   kernels::cuda::int4_layout layout = kernels::cuda::int4_gemv_layout(
-                      kernels::cuda::int4_gemv_args{}.version));
+                      kernels::cuda::int4_gemv_default_version));
   bool has_draft() const;
   kernels::cuda::int4_layout draft_layout() const;
   // Device bytes of the draft's copies (0 before make_draft); the same as
@@ -93,7 +93,7 @@ struct cuda_forward_options {
   // The draft's 4-bit GEMV (QuantSpec): int4_gemv_args::version. It must
   // read the layout the draft was made in (cuda_model::make_draft;
   // set_draft_weights(true) checks).
-  int int4_gemv_version = kernels::cuda::int4_gemv_args{}.version;
+  int int4_gemv_version = kernels::cuda::int4_gemv_default_version;
   int gemv_unroll = kernels::cuda::gemv_default_unroll;  // loads per row in flight per lane: 2 or 4
   // Prefill attention on the tensor cores (cuBLAS, scores through a scratch
   // of at most prefill_scratch_bytes) instead of the CUDA-core flash kernel.

@@ -21,12 +21,19 @@
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/int4_gemv.hpp"
+#include "kernels/cuda/int4_gemv_bulk.hpp"
+#include "kernels/cuda/int4_products.cuh"
 #include "kernels/cuda/vec.cuh"
 
 namespace specpipe::kernels::cuda {
 namespace {
 
 using detail::bf16;
+using detail::mma_bf16;
+using detail::offset_pair;
+using detail::tiled_scale_products;
+using detail::tiled_word_products;
+using detail::word_of;
 
 constexpr int int4_threads = 256;
 constexpr int int4_warps = int4_threads / 32;
@@ -34,10 +41,6 @@ constexpr int int4_rows_per_warp = 2;
 constexpr int int4_lane_codes = 32;                   // codes per 16-byte load
 constexpr int int4_warp_cols = 32 * int4_lane_codes;  // columns one warp covers per load
 constexpr int int4_unroll = 4;                        // loads per row in flight per lane
-
-__device__ __forceinline__ unsigned word_of(const uint4& v, int w) {
-  return w == 0 ? v.x : w == 1 ? v.y : w == 2 ? v.z : v.w;
-}
 
 // Nibble e (0..7) of a 32-bit word as f32: 0x4B000000 is 2^23, so the bits
 // 0x4B00000q are the float 2^23 + q exactly.
@@ -166,25 +169,11 @@ __global__ void __launch_bounds__(int4_threads)
 // A block = 16 rows x 8 warps, the warps taking interleaved chunks of k (four
 // per iteration, 4 KB of codes in flight per warp), merged in shared memory.
 constexpr int mma_warps = 8;
-constexpr int mma_chunk = 128;  // columns per chunk: 4 lanes x 32
+constexpr int mma_chunk = detail::int4_chunk;  // columns per chunk: 4 lanes x 32
 // Chunks whose codes one warp loads per iteration (U) and the blocks per SM
 // the registers must allow (MINB): v2 = (4, 1), v3 = (2, 3). The first cut,
 // (2 with x prefetched, 1), ran at 18-27% of DRAM bandwidth on llama2-7b
 // shapes (ncu, H200) with 2 blocks per SM; (4, 3) spilled.
-
-__device__ __forceinline__ void mma_bf16(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
-                                         unsigned b0, unsigned b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// Pair p (0..3) of an 8-nibble word as bf16x2 (128 + q_c, 128 + q_{c+4}),
-// c = p: nibbles p and p + 4 sit at bits 4p and 4p + 16.
-__device__ __forceinline__ unsigned offset_pair(unsigned word, int p) {
-  return detail::and_or(word >> (4 * p), 0x000F000Fu, 0x43004300u);
-}
 
 // One 8-column word of rows g (a) and g + 8 (b) against the same 8 columns
 // of x (xw, 8 bf16 in column order): the offset product T into tt and the
@@ -428,28 +417,6 @@ enum class tiled_scales { chunk, chunks, words };
 constexpr int tiled_unroll = 4;       // chunks in flight per warp
 constexpr int tiled_min_blocks = 2;   // blocks per SM the registers must allow
 
-// Word products over the tiled nibble order: pair p against x's register p.
-__device__ __forceinline__ void tiled_word_products(float (&tt)[4], float (&sx)[4], unsigned a, unsigned b,
-                                                    const uint4& xw) {
-  constexpr unsigned ones = 0x3F803F80u;  // bf16x2 (1, 1)
-  mma_bf16(tt, offset_pair(a, 0), offset_pair(b, 0), offset_pair(a, 1), offset_pair(b, 1), xw.x, xw.y);
-  mma_bf16(tt, offset_pair(a, 2), offset_pair(b, 2), offset_pair(a, 3), offset_pair(b, 3), xw.z, xw.w);
-  mma_bf16(sx, ones, ones, ones, ones, xw.x, xw.y);
-  mma_bf16(sx, ones, ones, ones, ones, xw.z, xw.w);
-}
-
-// acc += s T + (z - 128 s) sum x from the tiled (sa, za, sb, zb) entry.
-__device__ __forceinline__ void tiled_scale_products(float (&acc)[4], const float (&tt)[4], const float (&sx)[4],
-                                                     uint2 sz) {
-  const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&sz.x));
-  const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&sz.y));
-  const float za = fmaf(-128.f, a.x, a.y), zb = fmaf(-128.f, b.x, b.y);
-  acc[0] = fmaf(a.x, tt[0], fmaf(za, sx[0], acc[0]));
-  acc[1] = fmaf(a.x, tt[1], fmaf(za, sx[1], acc[1]));
-  acc[2] = fmaf(b.x, tt[2], fmaf(zb, sx[2], acc[2]));
-  acc[3] = fmaf(b.x, tt[3], fmaf(zb, sx[3], acc[3]));
-}
-
 // group_units: group / 128 (chunks) or group / 32 (words); chunk and word
 // indices fit in 32 bits (k < 2^31).
 template <bool OutF32, tiled_scales S, int U, int MINB>
@@ -600,6 +567,8 @@ bool int4_gemv_supported(const int4_gemv_args& a) {
 }
 
 void int4_gemv(const int4_gemv_args& a, stream_t s) {
+  if (a.version < 1 || (a.version > 4 && a.version != 7 && a.version != 9))
+    throw std::invalid_argument("int4_gemv: version must be 1, 2, 3, 4, 7 or 9, got " + std::to_string(a.version));
   const bool tiles = int4_gemv_layout(a.version) == int4_layout::tiles;
   if (a.n <= 0 || a.k <= 0 || a.m < 0 || a.ldx < a.k || a.ldy < a.n || (!tiles && (!a.scale || !a.zero)) ||
       !a.codes || !a.y)
@@ -608,17 +577,17 @@ void int4_gemv(const int4_gemv_args& a, stream_t s) {
                                 " ldy=" + std::to_string(a.ldy));
   // The layouts cannot be told apart by their bytes: the pointers say which one the caller holds.
   if (tiles && (!a.scale_zero || a.scale || a.zero))
-    throw std::invalid_argument("int4_gemv: version 7 reads the tiled layout (kernels/int4_tiled.hpp): it needs "
+    throw std::invalid_argument("int4_gemv: versions 7 and 9 read the tiled layout (kernels/int4_tiled.hpp): it needs "
                                 "scale_zero and takes no row-layout scale or zero");
   if (!tiles && a.scale_zero)
     throw std::invalid_argument("int4_gemv: version " + std::to_string(a.version) +
-                                " reads the row layout; scale_zero is the tiled layout's (version 7)");
+                                " reads the row layout; scale_zero is the tiled layout's (versions 7 and 9)");
   if (a.accumulate && a.out != gemm_out::f32) throw std::invalid_argument("int4_gemv: accumulate needs an f32 output");
   if (a.out == gemm_out::swiglu)
     throw std::invalid_argument("int4_gemv: the SwiGLU output is the bf16 GEMV's only; run swiglu after");
   if (a.m == 0) return;
   if (tiles && !int4_gemv_supported(a))
-    throw std::invalid_argument("int4_gemv: version 7 needs 1 <= m <= 8, k and group multiples of 32, k < 2^31, "
+    throw std::invalid_argument("int4_gemv: the tiled versions need 1 <= m <= 8, k and group multiples of 32, k < 2^31, "
                                 "ldx a multiple of 8, 16-byte aligned x and codes and 8-byte aligned scale_zero; got "
                                 "m=" + std::to_string(a.m) + " k=" + std::to_string(a.k) + " group=" +
                                 std::to_string(a.group) + " ldx=" + std::to_string(a.ldx));
@@ -629,6 +598,10 @@ void int4_gemv(const int4_gemv_args& a, stream_t s) {
                                 std::to_string(a.group) + " code_stride=" + std::to_string(a.code_stride) +
                                 " ldx=" + std::to_string(a.ldx));
   if (tiles) {
+    if (a.version == 9 && detail::int4_gemv_bulk_fits(a)) {
+      detail::int4_gemv_bulk(a, as_stream(s));
+      return;
+    }
     if (a.out == gemm_out::f32) launch_tiled_scales<true>(a, as_stream(s));
     else launch_tiled_scales<false>(a, as_stream(s));
     return;

@@ -15,13 +15,13 @@ namespace specpipe::kernels::cuda {
 struct int4_gemv_args {
   const std::uint16_t* x = nullptr;  // bf16
   std::int64_t ldx = 0;
-  // Versions 1-4: the row layout. Version 7: the tiled codes
+  // Versions 1-4: the row layout. Versions 7 and 9: the tiled codes
   // (kernels/int4_tiled.hpp), code_stride unused.
   const std::uint8_t* codes = nullptr;
   std::int64_t code_stride = 0;         // bytes per row
   const std::uint16_t* scale = nullptr;  // f16 [n][groups]; versions 1-4
   const std::uint16_t* zero = nullptr;
-  // Version 7 only, instead of scale and zero: the tiled f16 (scale, zero)
+  // Versions 7 and 9 only, instead of scale and zero: the tiled f16 (scale, zero)
   // pairs, 8-byte aligned (kernels::cpu::tile_int4 or kernels::cuda::int4_tile).
   const std::uint16_t* scale_zero = nullptr;
   std::int64_t group = 128;
@@ -30,23 +30,36 @@ struct int4_gemv_args {
   gemm_out out = gemm_out::bf16;
   bool accumulate = false;
   std::int64_t m = 0, n = 0, k = 0;
-  // 2 (default), 3 and 4: the tensor-core kernel where k and group are
-  // multiples of 128 (v2: 4 chunks in flight per warp in registers, v3: 2
-  // and more resident blocks, v4: 3 chunks in flight per warp through
-  // shared memory by cp.async), else v1; 1: always v1 (CUDA-core FMAs).
+  // 2 (this struct's default; the model's draft takes
+  // int4_gemv_default_version below), 3 and 4: the tensor-core kernel where
+  // k and group are multiples of 128 (v2: 4 chunks in flight per warp in
+  // registers, v3: 2 and more resident blocks, v4: 3 chunks in flight per
+  // warp through shared memory by cp.async), else v1; 1: always v1
+  // (CUDA-core FMAs).
   // 7: v2's products over the tiled layout, every warp load one contiguous
   // 512-byte piece; any k and group that are multiples of 32 (no fallback:
-  // the layout is v7's only). The bench times each (--kernels --gemv-only).
+  // the layout is v7's only). 9: the tiled layout streamed by the bulk copy
+  // engine through shared memory, a persistent grid (int4_gemv_bulk.cu);
+  // group 128 on compute capability 9.0+, else it runs v7. The bench times
+  // each (--kernels --gemv-only).
   int version = 2;
   bool dependent = false;  // a programmatic dependent launch (kernels/cuda/launch.cuh)
 };
 
 constexpr std::int64_t int4_gemv_max_rows = 8;
 
+// The version the model's draft uses unless told otherwise
+// (model::cuda_forward_options::int4_gemv_version, cuda_model::make_draft's
+// layout): v7, the fastest measured on the H200 (kernels/cuda/NOTES.md,
+// "Stop 22"). v9 is opt-in until it has been measured there.
+constexpr int int4_gemv_default_version = 7;
+
 // The code layout a version reads: the rows of kernels/int4_linear.hpp
-// (1-4) or the tiles of kernels/int4_tiled.hpp (7).
+// (1-4) or the tiles of kernels/int4_tiled.hpp (7, 9).
 enum class int4_layout : std::uint8_t { rows, tiles };
-constexpr int4_layout int4_gemv_layout(int version) { return version == 7 ? int4_layout::tiles : int4_layout::rows; }
+constexpr int4_layout int4_gemv_layout(int version) {
+  return version == 7 || version == 9 ? int4_layout::tiles : int4_layout::rows;
+}
 
 // True when the kernel can run these arguments: 1 <= m <= 8; k and group
 // multiples of 32 (a lane's 32 codes lie in one group); ldx a multiple of 8;

@@ -1,9 +1,9 @@
 // The draft's 4-bit weight GEMV on the GPU against the CPU reference
 // (kernels::cpu::int4_linear) on the same packed bytes: decode batches 1..8,
 // bf16 and f32 outputs, the fused residual accumulate, odd row counts. Every
-// case also runs version 7 over the tiled copy, repacked on the device
+// case also runs versions 7 and 9 over the tiled copy, repacked on the device
 // (kernels::cuda::int4_tile, checked byte for byte against
-// kernels::cpu::tile_int4 on the way).
+// kernels::cpu::tile_int4 on the way); v9 runs v7 where it does not fit.
 #include <gtest/gtest.h>
 
 #include "kernels/int4_linear.hpp"
@@ -12,6 +12,7 @@
 
 #ifdef SPECPIPE_HAVE_CUDA
 #include "kernels/cuda/int4_gemv.hpp"
+#include "kernels/cuda/int4_gemv_bulk.hpp"
 #include "kernels/cuda/int4_tiled.hpp"
 #endif
 
@@ -25,7 +26,7 @@ namespace kc = kernels::cuda;
 namespace kcpu = kernels::cpu;
 
 void run_case(allocator& dev, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t group, kc::gemm_out out,
-              bool acc, unsigned seed) {
+              bool acc, unsigned seed, std::initializer_list<int> versions = {1, 2, 3, 4, 7, 9}) {
   std::mt19937 rng(seed);
   const std::int64_t ldx = k + 8, ldy = n + 3;
   const auto w = random_values(rng, std::size_t(n * k));  // [-1, 1] with outliers up to 8
@@ -44,9 +45,10 @@ void run_case(allocator& dev, std::int64_t m, std::int64_t n, std::int64_t k, st
   kcpu::int4_linear(ra);
 
   // Every version on the same inputs (v2, v3 and v4 where k and group are
-  // multiples of 128, else they fall back to v1; v7 on the tiled copy).
+  // multiples of 128, else they fall back to v1; v7 and v9 on the tiled
+  // copy).
   const kcpu::int4_tiled_weights tq = kcpu::tile_int4(q.view());
-  for (const int version : {1, 2, 3, 4, 7}) {
+  for (const int version : versions) {
     dev_array<std::uint16_t> dx(dev, to_bf16(x));
     dev_array<std::uint8_t> dcodes(dev, q.codes);
     dev_array<std::uint16_t> dscale(dev, q.scale), dzero(dev, q.zero);
@@ -59,7 +61,7 @@ void run_case(allocator& dev, std::int64_t m, std::int64_t n, std::int64_t k, st
     a.version = version;
     a.x = dx.get();
     a.ldx = ldx;
-    if (version == 7) {
+    if (kc::int4_gemv_layout(version) == kc::int4_layout::tiles) {
       kc::int4_tile_args ta;
       ta.codes = dcodes.get();
       ta.code_stride = q.code_stride;
@@ -92,7 +94,7 @@ void run_case(allocator& dev, std::int64_t m, std::int64_t n, std::int64_t k, st
     a.m = m;
     a.n = n;
     a.k = k;
-    a.dependent = version == 2 || version == 7;  // a programmatic dependent launch: same results
+    a.dependent = version == 2 || version == 7 || version == 9;  // a programmatic dependent launch: same results
     ASSERT_TRUE(kc::int4_gemv_supported(a));
     kc::int4_gemv(a, nullptr);
 
@@ -148,6 +150,56 @@ TEST_F(cuda_int4_gemv, llama_shapes_match) {
   run_case(*dev_, 2, 4096, 14336, 128, kc::gemm_out::bf16, false, 602);
 }
 
+TEST_F(cuda_int4_gemv, bulk_streams_many_tiles_and_pieces) {
+  // v9's persistent grid: more tiles than blocks (several tiles per block,
+  // the stage ring wrapping), tiles of several pieces (k = 14336: 112
+  // chunks in pieces of 28; 11008: 86 in pieces of 43), an odd tile count.
+  run_case(*dev_, 1, 12288, 4096, 128, kc::gemm_out::bf16, false, 701, {9});
+  run_case(*dev_, 3, 9000, 4096, 128, kc::gemm_out::f32, true, 702, {9});
+  run_case(*dev_, 1, 4096, 11008, 128, kc::gemm_out::bf16, false, 703, {9});
+  run_case(*dev_, 8, 600, 14336, 128, kc::gemm_out::f32, false, 704, {9});
+  // On Hopper these shapes take the bulk path (not v7's fallback).
+  int device = 0, major = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), cudaSuccess);
+  if (major >= 9) {
+    alignas(16) static std::uint16_t sz[8];
+    kc::int4_gemv_args a;
+    a.version = 9;
+    a.scale_zero = sz;
+    a.m = 1;
+    a.n = 12288;
+    a.k = 11008;
+    EXPECT_TRUE(kc::detail::int4_gemv_bulk_fits(a));
+    a.k = 4096;
+    EXPECT_TRUE(kc::detail::int4_gemv_bulk_fits(a));
+    a.group = 64;
+    EXPECT_FALSE(kc::detail::int4_gemv_bulk_fits(a));
+    a.group = 128;
+    a.k = 53 * 128;  // a prime count of chunks past a piece: v7
+    EXPECT_FALSE(kc::detail::int4_gemv_bulk_fits(a));
+  }
+}
+
+TEST_F(cuda_int4_gemv, unknown_versions_are_refused) {
+  kc::int4_gemv_args a;
+  a.m = 1;
+  a.n = 4;
+  a.k = 128;
+  a.ldx = 128;
+  a.ldy = 4;
+  a.code_stride = 64;
+  alignas(16) std::uint8_t dummy[64] = {};
+  a.x = reinterpret_cast<const std::uint16_t*>(dummy);
+  a.codes = dummy;
+  a.scale = a.zero = reinterpret_cast<const std::uint16_t*>(dummy);
+  a.y = dummy;
+  for (const int v : {0, 5, 6, 8, 10}) {
+    a.version = v;
+    EXPECT_THROW(kc::int4_gemv(a, nullptr), std::invalid_argument) << "version " << v;
+  }
+}
+
 TEST_F(cuda_int4_gemv, unsupported_shapes_are_refused) {
   kc::int4_gemv_args a;
   a.m = 1;
@@ -201,6 +253,7 @@ TEST_F(cuda_int4_gemv, layout_mismatches_are_refused) {
   EXPECT_FALSE(kc::int4_gemv_supported(a));
   EXPECT_THROW(kc::int4_gemv(a, nullptr), std::invalid_argument);
   EXPECT_EQ(kc::int4_gemv_layout(7), kc::int4_layout::tiles);
+  EXPECT_EQ(kc::int4_gemv_layout(9), kc::int4_layout::tiles);
   EXPECT_EQ(kc::int4_gemv_layout(2), kc::int4_layout::rows);
 }
 #else

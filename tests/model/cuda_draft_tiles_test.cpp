@@ -1,5 +1,5 @@
 // QuantSpec's draft on the GPU in the tiled layout (cuda_model::make_draft
-// with int4_layout::tiles, read by int4 GEMV version 7) against the same
+// with int4_layout::tiles, read by int4 GEMV versions 7 and 9) against the same
 // draft in rows (version 2): the same codes summed in another order, so the
 // logits agree to f32 rounding; the shapes include a projection whose input
 // is not a multiple of 128 (down: 704) and groups of 32 and 128. A forward
@@ -70,18 +70,27 @@ TEST_F(cuda_draft_tiles_test, the_tiled_draft_gives_the_row_drafts_logits) {
     cuda_forward fr(rows, o);
     o.int4_gemv_version = 7;
     cuda_forward ft(tiles, o);
+    // v9 (the bulk-copy schedule) where group is 128 and k a multiple of it
+    // (q/k/v, o, gate/up here), v7 elsewhere.
+    o.int4_gemv_version = 9;
+    cuda_forward fb(tiles, o);
     fr.set_draft_weights(true);
     ft.set_draft_weights(true);
-    std::vector<float> want(V), got(V);
+    fb.set_draft_weights(true);
+    std::vector<float> want(V), got(V), got9(V);
     fr.prefill(0, prompt, want);
     ft.prefill(0, prompt, got);
+    fb.prefill(0, prompt, got9);
     EXPECT_LT(rel_error(got.data(), want.data(), V), bound) << "prefill";
+    EXPECT_LT(rel_error(got9.data(), want.data(), V), bound) << "prefill, v9";
     const int slot = 0;
     for (int s = 0; s < 8; ++s) {
       const std::int32_t t = std::int32_t(std::max_element(want.begin(), want.end()) - want.begin());
       fr.decode(std::span(&slot, 1), std::span(&t, 1), want);
       ft.decode(std::span(&slot, 1), std::span(&t, 1), got);
+      fb.decode(std::span(&slot, 1), std::span(&t, 1), got9);
       EXPECT_LT(rel_error(got.data(), want.data(), V), bound) << "step " << s;
+      EXPECT_LT(rel_error(got9.data(), want.data(), V), bound) << "step " << s << ", v9";
     }
   }
 }
