@@ -4,8 +4,9 @@
 # NVIDIA GPU, from a build folder configured with -DSPECPIPE_CUDA=ON (built
 # here if missing). Logs and JSON go to $OUT; a compact summary table is
 # printed last. Files (at most 8): build.log (only when it builds), tests.log,
-# generate.log, a .log per benchmark (kernels, llama3_32k, llama3_128k) and
-# bench.json, one object holding every benchmark's JSON by name. About 6-8
+# generate.log, a .log per benchmark (kernels, llama3_32k, llama3_128k,
+# quantspec: llama2-7b's draft with int4 GEMV v7 and v9 in one log) and
+# bench.json, one object holding every benchmark's JSON by name. About 7-9
 # minutes on an H200.
 #
 # usage: tools/gpu_check.sh [BUILD_DIR] [LIB_DIR]
@@ -75,12 +76,13 @@ fi
 # the end, so $OUT keeps few files however many runs there are.
 json_dir=$(mktemp -d)
 trap 'rm -rf "$json_dir"' EXIT
-run_bench() {  # name, args...
-  local name=$1
+run_bench() {  # name, args... (LOG=file appends there instead of NAME.log)
+  local name=$1 log
   shift
-  : > "$out/$name.log"
-  timeout 300 "$sp" bench "$@" --json "$json_dir/$name.json" >> "$out/$name.log" 2>&1 || {
-    echo "bench $name failed (rc $?)" >> "$out/$name.log"
+  log="$out/${LOG:-$name.log}"
+  [ -z "${LOG:-}" ] && : > "$log"
+  timeout 300 "$sp" bench "$@" --json "$json_dir/$name.json" >> "$log" 2>&1 || {
+    echo "bench $name failed (rc $?)" >> "$log"
     status=1
   }
 }
@@ -95,6 +97,14 @@ run_bench llama3_32k --preset llama3-8b --device cuda --batch 1,8 --context 3276
   --kv full,kivi:1,kivi:2,kivi:4,specache,hier:4,hier:8
 run_bench llama3_128k --preset llama3-8b --device cuda --batch 1 --context 131072 --repeats 10 --warmup 2 \
   --prefill-tokens 0 --kv full,kivi:2,specache,hier:8
+# 5. QuantSpec, llama2-7b shape, batch 1: the draft's int4 GEMV v7 (the
+#    default) and v9 (the bulk-copy schedule), one log.
+: > "$out/quantspec.log"
+for v in 7 9; do
+  echo "== --draft-gemv $v" >> "$out/quantspec.log"
+  LOG=quantspec.log run_bench "quantspec_v$v" --preset llama2-7b --device cuda --kv quantspec --gamma 4 --batch 1 \
+    --context 8192,32768,131072 --tokens 32 --acceptance 0.93 --draft-gemv "$v"
+done
 
 fi
 
@@ -158,4 +168,9 @@ for b in llama3_32k llama3_128k; do
   grep -E 'bench .* failed' "$out/$b.log"
 done
 grep -hE 'bench .* failed' "$out/kernels.log"
+echo "---- 4-bit GEMV, m = 1 (TB/s of packed bytes), v7 against v9"
+awk '$1 == "gemv" && $2 == 1 && / int4 gemv v(7|9) / { sub(/.*int4 gemv /, ""); print }' "$out/kernels.log"
+echo "---- QuantSpec, llama2-7b, batch 1, gamma 4 (draft ms, c, speedup at 93%)"
+grep -hE '^== |^draft |at acceptance' "$out/quantspec.log" | sed -E 's/note: context ([0-9]+), batch 1: at acceptance 93% a round of 4 drafts yields/\1:/' |
+  cut -c1-150
 exit $status

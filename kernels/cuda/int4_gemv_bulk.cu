@@ -171,25 +171,38 @@ int device_sms(int& device) {
   return major >= 9 ? sms : 0;
 }
 
-// The largest divisor of chunks up to bulk_max_piece, as a piece; a large k
-// whose chunk count has only small divisors (a prime past 48) is left to v7.
+// The piece: the largest divisor of the tile's chunks up to bulk_max_piece;
+// a large k whose chunk count has only small divisors (a prime past 48) is
+// left to v7. Where a block gets few tiles (n = 4096: 256 tiles, one per
+// block) whole-tile pieces would leave it nothing to overlap, so the piece
+// shrinks (to no fewer than 8 chunks, one per consumer warp) until the block
+// has at least bulk_min_pieces in its stream.
+constexpr int bulk_min_pieces = 4;
+
+int largest_divisor(std::int64_t chunks, std::int64_t at_most) {
+  for (std::int64_t d = std::min(chunks, at_most); d > 1; --d)
+    if (chunks % d == 0) return int(d);
+  return 1;
+}
+
 bool make_plan(const int4_gemv_args& a, bulk_plan& p) {
   const std::int64_t chunks = a.k / int4_chunk;
-  int piece = 1;
-  for (int d = int(std::min<std::int64_t>(chunks, bulk_max_piece)); d >= 1; --d)
-    if (chunks % d == 0) {
-      piece = d;
-      break;
-    }
+  int piece = largest_divisor(chunks, bulk_max_piece);
   if (piece < 8 && chunks > bulk_max_piece) return false;
   int device = 0;
   const int sms = device_sms(device);
   if (sms == 0) return false;
+  const std::int64_t tiles = (a.n + 15) / 16;
+  p.grid = unsigned(std::min<std::int64_t>(tiles, std::int64_t(sms) * bulk_blocks_per_sm));
+  const std::int64_t tiles_per_block = (tiles + p.grid - 1) / p.grid;
+  while (piece > 8 && tiles_per_block * (chunks / piece) < bulk_min_pieces) {
+    const int smaller = largest_divisor(chunks, piece - 1);
+    if (smaller < 8) break;
+    piece = smaller;
+  }
   const std::size_t stage = std::size_t(piece) * chunk_bytes;
   p.piece = piece;
   p.stages = int(std::clamp<std::size_t>(bulk_stage_budget / stage, 2, bulk_max_stages));
-  const std::int64_t tiles = (a.n + 15) / 16;
-  p.grid = unsigned(std::min<std::int64_t>(tiles, std::int64_t(sms) * bulk_blocks_per_sm));
   p.smem = bulk_stage_offset + std::size_t(p.stages) * stage;
   return true;
 }
