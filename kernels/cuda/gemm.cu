@@ -133,19 +133,19 @@ __global__ void __launch_bounds__(gemv_threads, gemv_min_blocks(M, U))
           }
         }
       } else {
-      float wf[R][8];
+        float wf[R][8];
 #pragma unroll
-      for (int r = 0; r < R; ++r) detail::bf16x8_to_f32(wv[u][r], wf[r]);
+        for (int r = 0; r < R; ++r) detail::bf16x8_to_f32(wv[u][r], wf[r]);
 #pragma unroll
-      for (int i = 0; i < M; ++i) {
-        if (i >= m) break;
-        float xf[8];
-        load_x8(x, ldx, i, cu, xf);
+        for (int i = 0; i < M; ++i) {
+          if (i >= m) break;
+          float xf[8];
+          load_x8(x, ldx, i, cu, xf);
 #pragma unroll
-        for (int r = 0; r < R; ++r)
+          for (int r = 0; r < R; ++r)
 #pragma unroll
-          for (int e = 0; e < 8; ++e) acc[r][i] = fmaf(wf[r][e], xf[e], acc[r][i]);
-      }
+            for (int e = 0; e < 8; ++e) acc[r][i] = fmaf(wf[r][e], xf[e], acc[r][i]);
+        }
       }
     }
     c += U * gemv_step;
