@@ -42,6 +42,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/host_device.hpp"
 #include "kernels/int4_linear.hpp"
 
 namespace specpipe::kernels::cpu {
@@ -58,7 +59,7 @@ std::int64_t int4_tiled_scale_zero_size(std::int64_t out, std::int64_t in, std::
 // nibble when nibble is even.
 std::int64_t int4_tiled_code_nibble(std::int64_t row, std::int64_t col, std::int64_t in);
 // Nibble (0..7) of a word's column e (0..7): e / 2 + 4 (e % 2).
-constexpr int int4_tiled_word_nibble(int e) { return e / 2 + 4 * (e % 2); }
+constexpr SPECPIPE_HD int int4_tiled_word_nibble(int e) { return e / 2 + 4 * (e % 2); }
 // Index of (row, group)'s scale in the tiled scales and zeros; its zero follows.
 std::int64_t int4_tiled_scale_offset(std::int64_t row, std::int64_t group_index, std::int64_t groups);
 

@@ -254,7 +254,7 @@ __device__ __forceinline__ void mma_write_rows(float (&part_s)[mma_warps][16][8]
 // writes x drains), later ones at the top of their iteration; body(stage, u,
 // chunk) for each. (Loading the next iteration's chunks before computing the
 // current ones, two stages in registers, cost occupancy and measured 25%
-// slower in v2.) v2 and v7 share it.
+// slower in v2.) v2 and v3 use it; v7 steps its own pointers.
 template <int U, class Stage, class Load, class Body>
 __device__ __forceinline__ void for_warp_chunks(int warp, std::int64_t chunks, Load&& load, Body&& body) {
   std::int64_t c0 = warp;
@@ -598,10 +598,7 @@ void int4_gemv(const int4_gemv_args& a, stream_t s) {
                                 std::to_string(a.group) + " code_stride=" + std::to_string(a.code_stride) +
                                 " ldx=" + std::to_string(a.ldx));
   if (tiles) {
-    if (a.version == 9 && detail::int4_gemv_bulk_fits(a)) {
-      detail::int4_gemv_bulk(a, as_stream(s));
-      return;
-    }
+    if (a.version == 9 && detail::int4_gemv_bulk(a, as_stream(s))) return;
     if (a.out == gemm_out::f32) launch_tiled_scales<true>(a, as_stream(s));
     else launch_tiled_scales<false>(a, as_stream(s));
     return;

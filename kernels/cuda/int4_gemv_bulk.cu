@@ -21,7 +21,6 @@
 #include <atomic>
 #include <climits>
 #include <cstdint>
-#include <stdexcept>
 
 #include "kernels/cuda/bulk_copy.cuh"
 #include "kernels/cuda/cuda_check.hpp"
@@ -163,9 +162,11 @@ __global__ void __launch_bounds__(bulk_threads, 1)
   }
 }
 
-int device_sms(int& device) {
+// The multiprocessors of the current device, 0 below compute capability 9.0
+// (no bulk copy engine).
+int bulk_device_sms() {
+  int device = 0, sms = 0, major = 0;
   CUDA_CHECK(cudaGetDevice(&device));
-  int sms = 0, major = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   return major >= 9 ? sms : 0;
@@ -185,12 +186,15 @@ int largest_divisor(std::int64_t chunks, std::int64_t at_most) {
   return 1;
 }
 
+// False where v9 does not run these arguments (int4_gemv_bulk_fits).
 bool make_plan(const int4_gemv_args& a, bulk_plan& p) {
+  if (a.group != int4_chunk || a.k % int4_chunk != 0 || reinterpret_cast<std::uintptr_t>(a.scale_zero) % 16 != 0 ||
+      (a.n + 15) / 16 > INT_MAX)
+    return false;
   const std::int64_t chunks = a.k / int4_chunk;
   int piece = largest_divisor(chunks, bulk_max_piece);
   if (piece < 8 && chunks > bulk_max_piece) return false;
-  int device = 0;
-  const int sms = device_sms(device);
+  const int sms = bulk_device_sms();
   if (sms == 0) return false;
   const std::int64_t tiles = (a.n + 15) / 16;
   p.grid = unsigned(std::min<std::int64_t>(tiles, std::int64_t(sms) * bulk_blocks_per_sm));
@@ -236,15 +240,15 @@ void launch(const int4_gemv_args& a, const bulk_plan& p, cudaStream_t s) {
 
 bool int4_gemv_bulk_fits(const int4_gemv_args& a) {
   bulk_plan p;
-  return a.group == int4_chunk && a.k % int4_chunk == 0 && reinterpret_cast<std::uintptr_t>(a.scale_zero) % 16 == 0 &&
-         (a.n + 15) / 16 <= INT_MAX && make_plan(a, p);
+  return make_plan(a, p);
 }
 
-void int4_gemv_bulk(const int4_gemv_args& a, cudaStream_t s) {
+bool int4_gemv_bulk(const int4_gemv_args& a, cudaStream_t s) {
   bulk_plan p;
-  if (!make_plan(a, p)) throw std::invalid_argument("int4_gemv v9: no piece size or device for these arguments");
+  if (!make_plan(a, p)) return false;
   if (a.out == gemm_out::f32) launch<true>(a, p, s);
   else launch<false>(a, p, s);
+  return true;
 }
 
 }  // namespace specpipe::kernels::cuda::detail

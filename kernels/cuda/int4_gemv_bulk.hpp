@@ -16,6 +16,8 @@ namespace specpipe::kernels::cuda::detail {
 // stages of a useful size. Otherwise int4_gemv runs v7.
 bool int4_gemv_bulk_fits(const int4_gemv_args& a);
 
-void int4_gemv_bulk(const int4_gemv_args& a, cudaStream_t s);
+// Launches v9 when it fits and returns true; false (nothing launched) where
+// int4_gemv_bulk_fits is false. One plan per call.
+bool int4_gemv_bulk(const int4_gemv_args& a, cudaStream_t s);
 
 }  // namespace specpipe::kernels::cuda::detail

@@ -21,11 +21,11 @@ constexpr std::int64_t tile_rows = kernels::cpu::int4_tile_rows;
 constexpr std::int64_t tile_cols = kernels::cpu::int4_tile_cols;
 
 // A row-layout word (column e at nibble e) in the tiled order (column e at
-// nibble e / 2 + 4 (e % 2)).
+// nibble kernels::cpu::int4_tiled_word_nibble(e)).
 __device__ __forceinline__ unsigned tiled_nibble_order(unsigned w) {
   unsigned r = 0;
 #pragma unroll
-  for (int e = 0; e < 8; ++e) r |= ((w >> (4 * e)) & 15u) << (4 * (e / 2 + 4 * (e % 2)));  // int4_tiled_word_nibble
+  for (int e = 0; e < 8; ++e) r |= ((w >> (4 * e)) & 15u) << (4 * kernels::cpu::int4_tiled_word_nibble(e));
   return r;
 }
 

@@ -31,11 +31,7 @@
 // g + 8). For INT8 (hier, upper + lower plane) the register holds 16 U + L.
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define SPECPIPE_HD __host__ __device__ __forceinline__
-#else
-#define SPECPIPE_HD inline
-#endif
+#include "kernels/host_device.hpp"
 
 namespace specpipe::kernels::cuda::frag {
 

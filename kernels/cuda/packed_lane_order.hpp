@@ -41,11 +41,7 @@
 // lower plane is a 4-bit plane in the same order as its upper one).
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define SPECPIPE_LO_HD __host__ __device__ __forceinline__
-#else
-#define SPECPIPE_LO_HD inline
-#endif
+#include "kernels/host_device.hpp"
 
 namespace specpipe::kernels::cuda {
 
@@ -60,26 +56,26 @@ namespace lane_order {
 inline constexpr int head_dim = 128;
 
 // Pairs per 32-bit word and per byte lane (slots sharing bytes 0/2 or 1/3).
-SPECPIPE_LO_HD constexpr int pairs_per_word(int b) { return 16 / b; }
-SPECPIPE_LO_HD constexpr int pairs_per_half(int b) { return 8 / b; }
+SPECPIPE_HD constexpr int pairs_per_word(int b) { return 16 / b; }
+SPECPIPE_HD constexpr int pairs_per_half(int b) { return 8 / b; }
 
 // Bit offset, from the start of a lane's stream, of pair i's lower (hi = 0)
 // or upper (hi = 1) code.
-SPECPIPE_LO_HD constexpr int pair_bit(int i, int hi, int b) {
+SPECPIPE_HD constexpr int pair_bit(int i, int hi, int b) {
   const int w = i / pairs_per_word(b), s = i % pairs_per_word(b);
   return 32 * w + 8 * (s / pairs_per_half(b)) + 16 * hi + (s % pairs_per_half(b)) * b;
 }
 
 // Key codes: bit offset of channel c (0 .. 127) within a token's row of
 // 16 b bytes.
-SPECPIPE_LO_HD constexpr int key_bit(int c, int b) {
+SPECPIPE_HD constexpr int key_bit(int c, int b) {
   const int j = c / 16, r = c % 16, h = r / 8, t = (r % 8) / 2, hi = r % 2;
   return t * 32 * b + pair_bit(2 * j + h, hi, b);
 }
 
 // Value codes: bit offset of (token tau of its 16-token block, channel c)
 // within the block of 256 b bytes.
-SPECPIPE_LO_HD constexpr int value_bit(int tau, int c, int b) {
+SPECPIPE_HD constexpr int value_bit(int tau, int c, int b) {
   const int j = c / 16, g = c % 8, r0 = (c % 16) / 8;  // c = 16 j + g + 8 r0
   const int r1 = tau / 8, t = (tau % 8) / 2, hi = tau % 2;
   return (4 * g + t) * 64 * b + pair_bit(4 * j + 2 * r1 + r0, hi, b);
@@ -88,14 +84,14 @@ SPECPIPE_LO_HD constexpr int value_bit(int tau, int c, int b) {
 // Inverse maps, for writers that assemble whole bytes: the key channel of
 // code k (bits k b .. k b + b - 1) of byte y of a token's row, and the
 // (token of the block) * 128 + channel of code k of byte y of a value block.
-SPECPIPE_LO_HD constexpr int key_channel_at(int y, int k, int b) {
+SPECPIPE_HD constexpr int key_channel_at(int y, int k, int b) {
   const int t = y / (4 * b), ys = y % (4 * b);
   const int w = ys / 4, beta = ys % 4, hi = beta / 2, sigma = beta % 2;
   const int i = w * pairs_per_word(b) + sigma * pairs_per_half(b) + k;
   const int j = i / 2, h = i % 2;
   return 16 * j + 8 * h + 2 * t + hi;
 }
-SPECPIPE_LO_HD constexpr int value_at(int y, int k, int b) {
+SPECPIPE_HD constexpr int value_at(int y, int k, int b) {
   const int lane = y / (8 * b), ys = y % (8 * b);
   const int g = lane / 4, t = lane % 4;
   const int w = ys / 4, beta = ys % 4, hi = beta / 2, sigma = beta % 2;
@@ -105,21 +101,21 @@ SPECPIPE_LO_HD constexpr int value_at(int y, int k, int b) {
 }
 
 // Bytes of a token's key row and of a 16-token value block.
-SPECPIPE_LO_HD constexpr int key_row_bytes(int b) { return head_dim * b / 8; }
-SPECPIPE_LO_HD constexpr int value_block_bytes(int b) { return 16 * head_dim * b / 8; }
+SPECPIPE_HD constexpr int key_row_bytes(int b) { return head_dim * b / 8; }
+SPECPIPE_HD constexpr int value_block_bytes(int b) { return 16 * head_dim * b / 8; }
 
 // The code at a bit offset of a byte stream (codes never straddle bytes).
-SPECPIPE_LO_HD unsigned code_at_bit(const std::uint8_t* p, int bit, int b) {
+SPECPIPE_HD unsigned code_at_bit(const std::uint8_t* p, int bit, int b) {
   return (unsigned(p[bit >> 3]) >> (bit & 7)) & ((1u << b) - 1u);
 }
 
 // Key code of (token tau of the run, channel c): `keys` is the run's first
 // row (rows of every group follow each other).
-SPECPIPE_LO_HD unsigned key_code(const std::uint8_t* keys, std::int64_t tau, int c, int b) {
+SPECPIPE_HD unsigned key_code(const std::uint8_t* keys, std::int64_t tau, int c, int b) {
   return code_at_bit(keys + tau * key_row_bytes(b), key_bit(c, b), b);
 }
 // Value code of (token tau of the run, channel c): `values` is the run's first block.
-SPECPIPE_LO_HD unsigned value_code(const std::uint8_t* values, std::int64_t tau, int c, int b) {
+SPECPIPE_HD unsigned value_code(const std::uint8_t* values, std::int64_t tau, int c, int b) {
   return code_at_bit(values + (tau / 16) * value_block_bytes(b), value_bit(int(tau % 16), c, b), b);
 }
 

@@ -181,7 +181,9 @@ TEST_F(cuda_int4_gemv, bulk_streams_many_tiles_and_pieces) {
   }
 }
 
-TEST_F(cuda_int4_gemv, unknown_versions_are_refused) {
+// One row, 4 outputs, one chunk; every pointer at `dummy` (the calls below
+// are refused before anything is read).
+kc::int4_gemv_args small_args(std::uint8_t* dummy) {
   kc::int4_gemv_args a;
   a.m = 1;
   a.n = 4;
@@ -189,11 +191,16 @@ TEST_F(cuda_int4_gemv, unknown_versions_are_refused) {
   a.ldx = 128;
   a.ldy = 4;
   a.code_stride = 64;
-  alignas(16) std::uint8_t dummy[64] = {};
   a.x = reinterpret_cast<const std::uint16_t*>(dummy);
   a.codes = dummy;
-  a.scale = a.zero = reinterpret_cast<const std::uint16_t*>(dummy);
   a.y = dummy;
+  return a;
+}
+
+TEST_F(cuda_int4_gemv, unknown_versions_are_refused) {
+  alignas(16) std::uint8_t dummy[64] = {};
+  kc::int4_gemv_args a = small_args(dummy);
+  a.scale = a.zero = reinterpret_cast<const std::uint16_t*>(dummy);
   for (const int v : {0, 5, 6, 8, 10}) {
     a.version = v;
     EXPECT_THROW(kc::int4_gemv(a, nullptr), std::invalid_argument) << "version " << v;
@@ -219,16 +226,7 @@ TEST_F(cuda_int4_gemv, unsupported_shapes_are_refused) {
 
 TEST_F(cuda_int4_gemv, layout_mismatches_are_refused) {
   alignas(16) std::uint8_t dummy[64] = {};
-  kc::int4_gemv_args a;
-  a.m = 1;
-  a.n = 4;
-  a.k = 128;
-  a.ldx = 128;
-  a.ldy = 4;
-  a.code_stride = 64;
-  a.x = reinterpret_cast<const std::uint16_t*>(dummy);
-  a.codes = dummy;
-  a.y = dummy;
+  kc::int4_gemv_args a = small_args(dummy);
   const auto* h = reinterpret_cast<const std::uint16_t*>(dummy);
   // v7 without the tiled scales, or with the row layout's.
   a.version = 7;
