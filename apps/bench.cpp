@@ -206,6 +206,9 @@ int bench_main(int argc, char** argv) {
      "specache (CPU): microseconds added to every gather, emulating a slower host-to-device link")
     ("packed-stages", po::value(&o.packed_stages)->default_value(0),
      "CUDA decode: cp.async stages of the packed attention (2, 3 or 4; 0: per format)")
+    ("packed-blocks", po::value(&o.packed_blocks)->default_value(0),
+     "CUDA decode, lane order: the packed attention's register budget in resident blocks per SM, 3 (168 "
+     "registers) or 4 (128, for the 1-4-bit reads; INT8 keeps 3); 0: the default (3)")
     ("packed-order", po::value(&packed_order)->default_value("lane"),
      "CUDA decode, quantized caches: lane (packed attention v4, head_dim 128) or cpu (v3)")
     ("draft-gemv", po::value(&o.draft_gemv)->default_value(0),
@@ -293,6 +296,8 @@ int bench_main(int argc, char** argv) {
   o.packed_lane_order = packed_order == "lane";
   if (o.packed_stages != 0 && (o.packed_stages < 2 || o.packed_stages > 4))
     throw usage_error("--packed-stages: must be 0 (per format), 2, 3 or 4, got " + std::to_string(o.packed_stages));
+  if (o.packed_blocks != 0 && o.packed_blocks != 3 && o.packed_blocks != 4)
+    throw usage_error("--packed-blocks: must be 0 (the default), 3 or 4, got " + std::to_string(o.packed_blocks));
   // Decoding runs: --kv picks the full-cache decode, QuantSpec (CPU) and the
   // GPU's quantized caches.
   bool run_full = true, run_quantspec = false;
@@ -485,6 +490,7 @@ boost::json::value report_json(const bench_options& o, const bench_report& r) {
     for (const auto& m : o.kv_modes) modes.emplace_back(m.format == kv_format::full ? std::string("full") : m.describe());
     root["kv_modes"] = std::move(modes);
     root["packed_stages"] = o.packed_stages;
+    root["packed_blocks"] = o.packed_blocks;
     root["packed_order"] = o.packed_lane_order ? "lane" : "cpu";
     root["draft_gemv"] = o.draft_gemv;
   }

@@ -170,6 +170,7 @@ bench_report run_cuda_bench(const bench_options& o) {
     fo.kv = mode;
     fo.kv_staging_tokens = 0;  // decode-only: no prefill staging area
     fo.packed_stages = o.packed_stages;
+    fo.packed_blocks = o.packed_blocks;
     fo.packed_lane_order = o.packed_lane_order;
     if (mode.speculative()) {
       // SpeCache: the host store, as long as --host-memory allows (positions
@@ -290,7 +291,8 @@ bench_report run_cuda_bench(const bench_options& o) {
           how += std::string(", packed attention ") +
                  (fwd.packed_lane_order() ? "v4 (lane order" : "v3 (cpu order, lean smem, combine 1") +
                  ", >= 16 tiles/split), " +
-                 (fo.packed_stages > 0 ? std::to_string(fo.packed_stages) : std::string("per-format")) + " stages";
+                 (fo.packed_stages > 0 ? std::to_string(fo.packed_stages) : std::string("per-format")) + " stages" +
+                 (fwd.packed_lane_order() && fo.packed_blocks == 4 ? ", 128-register budget (4 blocks/SM)" : "");
         }
         // Speculative prefetch: the same step without its fetch, and the
         // fetch alone (top-k and row reads of every layer on one stream):

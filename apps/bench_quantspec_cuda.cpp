@@ -150,6 +150,8 @@ bench_report run_cuda_quantspec_bench(const bench_options& o, const quantspec_be
       fo.max_step_tokens = gamma + 1;
       if (o.draft_gemv != 0) fo.int4_gemv_version = o.draft_gemv;
       fo.packed_lane_order = o.packed_lane_order;
+      fo.packed_stages = o.packed_stages;
+      fo.packed_blocks = o.packed_blocks;  // the draft's INT4 read (the verify's INT8 keeps 3 blocks)
       const std::size_t need = cuda_forward::device_bytes(c, fo);
       if (!fits(need)) {
         r.points.push_back({"quantspec", b, ctx, true, "hier cache: needs " + fixed(double(need) / gib, 1) + " GiB"});

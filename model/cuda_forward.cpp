@@ -206,6 +206,9 @@ cuda_forward::cuda_forward(const cuda_model& model, const cuda_forward_options& 
   if (options.packed_stages != 0 && (options.packed_stages < 2 || options.packed_stages > 4))
     throw std::invalid_argument("cuda_forward: packed_stages must be 0 (per format), 2, 3 or 4, got " +
                                 std::to_string(options.packed_stages));
+  if (options.packed_blocks != 0 && options.packed_blocks != 3 && options.packed_blocks != 4)
+    throw std::invalid_argument("cuda_forward: packed_blocks must be 0 (the default), 3 or 4, got " +
+                                std::to_string(options.packed_blocks));
   if (options.specache_fetch) {
     if (options.kv.format != kv_format::specache)
       throw std::invalid_argument("cuda_forward: specache_fetch needs the specache KV format, not " +

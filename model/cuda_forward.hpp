@@ -145,6 +145,10 @@ struct cuda_forward_options {
   // trace (specache_timeline). Such steps run eagerly, not as graphs.
   bool specache_timeline = false;
   int packed_stages = 0;  // cp.async stages of the packed attention: 2, 3 or 4; 0: per format
+  // The lane-order attention's register budget (packed_attention_args::
+  // v4_blocks): 0 or 3 (168 registers a thread), 4 (128, a third more warps
+  // per SM for the 1-4-bit reads).
+  int packed_blocks = 0;
   // Keep the quantized caches (head_dim 128, G >= 32) in lane order
   // (kernels/cuda/packed_lane_order.hpp), read by the packed attention v4
   // (faster than v3 in every mode measured, kernels/cuda/NOTES.md); other

@@ -330,6 +330,7 @@ struct cuda_forward::impl {
     a.stages = opt.packed_stages > 0                         ? opt.packed_stages
                : packed_order() == kc::packed_order::lane ? kc::packed_attention_v4_stages(read_bits)
                                                           : kc::packed_attention_stages(read_bits);
+    a.v4_blocks = opt.packed_blocks;
     a.scale = 1.f / std::sqrt(float(c.head_dim));
     const auto it = packed_blocks_per_sm.find(read_bits);
     int bps = it == packed_blocks_per_sm.end() ? 2 : it->second;

@@ -10,9 +10,13 @@
 # minutes on an H200.
 #
 # usage: tools/gpu_check.sh [BUILD_DIR] [LIB_DIR]
-#   SPECPIPE_GPU_CHECK=tests|bench|all (default all): only the tests and
-#   generate, or only the benchmarks (so a GPU shared with other work runs
-#   the tests, and the timings get the card to themselves)
+#   SPECPIPE_GPU_CHECK=tests|bench|switches|all (default all): only the tests
+#   and generate, or only the benchmarks (so a GPU shared with other work
+#   runs the tests, and the timings get the card to themselves); switches:
+#   the kernels bench, then the opt-in switches against their defaults in
+#   one run each (--packed-blocks 4 on llama3-8b 32k at batch 1, 8 and at
+#   max batch under 48 GB; QuantSpec's draft with --draft-gemv 7/9 and
+#   --packed-blocks 3/4), into kernels.log, llama3_32k.log, quantspec.log
 #   BUILD_DIR  default $SPECPIPE_BUILD_DIR or build-cuda
 #   LIB_DIR    extra shared libraries (e.g. CAF), prepended to LD_LIBRARY_PATH;
 #              default $SPECPIPE_LIB_DIR
@@ -35,9 +39,10 @@ export SPECPIPE_SOURCE_DIR="$PWD"
 SPECPIPE_BINARY_DIR="$(cd "$build" && pwd)"
 export SPECPIPE_BINARY_DIR
 
+sp="$build/apps/specpipe"
 phase="${SPECPIPE_GPU_CHECK:-all}"
 status=0
-if [ "$phase" != bench ]; then
+if [ "$phase" != bench ] && [ "$phase" != switches ]; then
 # 1. GPU tests: kernels (bf16 and packed attention v1/v2, quantize-and-pack,
 #    top-k, ...), the whole-model checks (cuda_forward against the
 #    reference, cpu_forward, the default model, the transformers fixtures,
@@ -53,7 +58,6 @@ run_tests "$build/tests/specpipe_model_tests" 'cuda*:Cuda*'
 run_tests "$build/tests/specpipe_apps_tests" 'Cuda*'
 tests_summary=$(grep -E '^\[  (PASSED|FAILED|SKIPPED) \]' "$out/tests.log" | sort | uniq -c | tr '\n' ';')
 
-sp="$build/apps/specpipe"
 # 2. generate on the embedded model: greedy and sampled on the full cache,
 #    then greedy over each quantized cache (200 tokens: several flushes).
 {
@@ -86,7 +90,28 @@ run_bench() {  # name, args... (LOG=file appends there instead of NAME.log)
     status=1
   }
 }
-if [ "$phase" != tests ]; then
+if [ "$phase" = switches ]; then
+run_bench kernels --kernels --repeats 30 --warmup 5
+: > "$out/llama3_32k.log"
+for pb in 0 4; do
+  echo "== --packed-blocks $pb" >> "$out/llama3_32k.log"
+  LOG=llama3_32k.log run_bench "llama3_32k_pb$pb" --preset llama3-8b --device cuda --batch 1,8 --context 32768 \
+    --repeats 20 --warmup 3 --prefill-tokens 0 --kv kivi:1,kivi:2,specache,hier:4 --packed-blocks "$pb"
+  echo "== max batch, 48 GB, --packed-blocks $pb" >> "$out/llama3_32k.log"
+  LOG=llama3_32k.log run_bench "llama3_32k_max_pb$pb" --preset llama3-8b --device cuda --context 32768 \
+    --gpu-memory 48 --max-batch --prefill-tokens 0 --repeats 10 --warmup 2 --kv kivi:1,specache --packed-blocks "$pb"
+done
+: > "$out/quantspec.log"
+for v in 7 9; do
+  for pb in 0 4; do
+    echo "== --draft-gemv $v --packed-blocks $pb" >> "$out/quantspec.log"
+    LOG=quantspec.log run_bench "quantspec_v${v}_pb$pb" --preset llama2-7b --device cuda --kv quantspec --gamma 4 \
+      --batch 1 --context 8192,32768,131072 --tokens 32 --acceptance 0.93 --draft-gemv "$v" --packed-blocks "$pb"
+  done
+done
+fi
+
+if [ "$phase" = bench ] || [ "$phase" = all ]; then
 # 3. Kernels alone: decode attention bf16 / packed v1 / packed v2 per format
 #    at 64k, batch 8, 32/8 heads (v2: stages, batch 1, mixed rows, scores,
 #    top-k, quantize-on-append), the GEMVs, the gathers.
@@ -123,7 +148,7 @@ fi
 
 echo
 echo "==== logs and JSON in $out ===="
-if [ "$phase" != bench ]; then
+if [ "$phase" = tests ] || [ "$phase" = all ]; then
 echo "---- generate --device cuda (timing lines)"
 grep -E '^== |tok/s' "$out/generate.log" | cut -c1-160
 echo "---- tests: $tests_summary"
@@ -160,7 +185,8 @@ awk -v step_log="$out/llama3_32k.log" '
       printf "\n" } }' "$out/kernels.log"
 echo "---- decode step, llama3-8b shape (ms, tok/s, % of floor; mode and KV memory in the note)"
 for b in llama3_32k llama3_128k; do
-  awk '$1 == "decode" || $1 == "prefill" {
+  [ -f "$out/$b.log" ] || continue
+  awk '$1 == "==" { print; next } $1 == "decode" || $1 == "prefill" {
          if ($5 == "skipped:") { print; next }
          note = ""; for (i = 10; i <= NF; ++i) note = note " " $i;
          printf "%-8s b%-2s %7s %9s ms %9s tok/s %7s%s\n", $1, $2, $3, $4, $6, $8, note }' "$out/$b.log" |
@@ -168,6 +194,10 @@ for b in llama3_32k llama3_128k; do
   grep -E 'bench .* failed' "$out/$b.log"
 done
 grep -hE 'bench .* failed' "$out/kernels.log"
+echo "---- packed attention v4, 128-register budget (4 blocks/SM) against the default"
+awk '($1 == "attention" || $1 == "qattn") && / v4(-128reg|-specache)? / {
+       note = ""; for (i = 10; i <= NF; ++i) note = note " " $i;
+       printf "b%-2s %8s ms %7s%s\n", $2, $4, $8, note }' "$out/kernels.log" | cut -c1-170
 echo "---- 4-bit GEMV, m = 1 (TB/s of packed bytes), v7 against v9"
 awk '$1 == "gemv" && $2 == 1 && / int4 gemv v(7|9) / { sub(/.*int4 gemv /, ""); print }' "$out/kernels.log"
 echo "---- QuantSpec, llama2-7b, batch 1, gamma 4 (draft ms, c, speedup at 93%)"

@@ -49,21 +49,44 @@ __device__ __forceinline__ void mbarrier_arrive(std::uint64_t* bar) {
 #endif
 }
 
-// Blocks until the phase of parity `parity` has completed.
-__device__ __forceinline__ void mbarrier_wait(std::uint64_t* bar, unsigned parity) {
+// Whether the phase of parity `parity` has completed (try_wait may suspend
+// the thread for a while before it answers false).
+__device__ __forceinline__ bool mbarrier_try_wait(std::uint64_t* bar, unsigned parity) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  unsigned done = 0;
   asm volatile(
       "{\n"
-      ".reg .pred done;\n"
-      "wait_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra wait_%=;\n"
-      "}\n" ::"r"(smem_address(bar)),
-      "r"(parity)
+      ".reg .pred p;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n"
+      "}\n"
+      : "=r"(done)
+      : "r"(smem_address(bar)), "r"(parity)
       : "memory");
+  return done != 0;
 #else
   __trap();
+  return false;
 #endif
+}
+
+__device__ __forceinline__ std::uint64_t global_timer_ns() {
+  std::uint64_t t = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
+  return t;
+}
+
+// Blocks until the phase of parity `parity` has completed. A phase that
+// never completes is a bookkeeping bug (wrong parity, expected bytes that
+// never arrive): after 10 s of the GPU's clock the kernel traps, so the
+// launch fails with an error instead of hanging the process. (Waits of
+// milliseconds are normal: a producer may wait while the consumers sit in
+// the grid dependency wait of a programmatic launch.)
+__device__ __forceinline__ void mbarrier_wait(std::uint64_t* bar, unsigned parity) {
+  if (mbarrier_try_wait(bar, parity)) return;
+  const std::uint64_t start = global_timer_ns();
+  while (!mbarrier_try_wait(bar, parity))
+    if (global_timer_ns() - start > 10'000'000'000ull) __trap();
 }
 
 // bytes (a multiple of 16; src and dst 16-byte aligned) from global to

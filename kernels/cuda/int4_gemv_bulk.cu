@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <mutex>
 #include <cstdint>
 
 #include "kernels/cuda/bulk_copy.cuh"
@@ -113,6 +114,7 @@ __global__ void __launch_bounds__(bulk_threads, 1)
   for (int i = 0; i < total; ++i) {
     const int s = i % stages, p = i % pieces;
     mbarrier_wait(&full[s], unsigned(i / stages) & 1u);
+    __syncwarp();  // lanes leave the wait loop apart; the products' mma.sync needs them together
     const unsigned char* st = stage0 + std::size_t(s) * stage_bytes;
     const uint4* sc = reinterpret_cast<const uint4*>(st) + lane;
     const uint2* ss = reinterpret_cast<const uint2*>(st + code_bytes) + g;
@@ -162,14 +164,50 @@ __global__ void __launch_bounds__(bulk_threads, 1)
   }
 }
 
-// The multiprocessors of the current device, 0 below compute capability 9.0
-// (no bulk copy engine).
-int bulk_device_sms() {
-  int device = 0, sms = 0, major = 0;
+template <bool OutF32>
+void allow_smem();
+
+// The current device as v9 sees it: its multiprocessors (0 below compute
+// capability 9.0: no bulk copy engine) and the blocks of the kernel that fit
+// one of them at the largest shared memory a plan asks for (2 by design;
+// fewer would leave part of the persistent grid as a second wave). Queried
+// once per device (16 at most are remembered; past that, every call).
+struct bulk_device {
+  int sms = 0;
+  int blocks = 0;
+};
+
+// A block's shared memory at most: the stages within the budget, or two of
+// the largest pieces where one piece is past half of it.
+constexpr int bulk_most_smem = int(bulk_stage_offset) + std::max(bulk_stage_budget, 2 * bulk_max_piece * int(chunk_bytes));
+
+bulk_device bulk_device_now() {
+  static std::mutex mu;
+  static bulk_device known[16];
+  static bool have[16] = {};
+  int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  std::lock_guard<std::mutex> lock(mu);
+  if (device >= 0 && device < 16 && have[device]) return known[device];
+  bulk_device d;
+  int major = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  return major >= 9 ? sms : 0;
+  if (major >= 9) {
+    CUDA_CHECK(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, device));
+    allow_smem<true>();
+    allow_smem<false>();
+    int a = 0, b = 0;
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&a, int4_gemv_bulk_kernel<true>, bulk_threads,
+                                                             std::size_t(bulk_most_smem)));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, int4_gemv_bulk_kernel<false>, bulk_threads,
+                                                             std::size_t(bulk_most_smem)));
+    d.blocks = std::clamp(std::min(a, b), 1, bulk_blocks_per_sm);
+  }
+  if (device >= 0 && device < 16) {
+    known[device] = d;
+    have[device] = true;
+  }
+  return d;
 }
 
 // The piece: the largest divisor of the tile's chunks up to bulk_max_piece;
@@ -188,16 +226,19 @@ int largest_divisor(std::int64_t chunks, std::int64_t at_most) {
 
 // False where v9 does not run these arguments (int4_gemv_bulk_fits).
 bool make_plan(const int4_gemv_args& a, bulk_plan& p) {
-  if (a.group != int4_chunk || a.k % int4_chunk != 0 || reinterpret_cast<std::uintptr_t>(a.scale_zero) % 16 != 0 ||
-      (a.n + 15) / 16 > INT_MAX)
+  // The copies and x's 16-byte loads need 16-byte aligned codes, scales and
+  // rows of x.
+  const auto misaligned = [](const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 != 0; };
+  if (a.group != int4_chunk || a.k % int4_chunk != 0 || misaligned(a.scale_zero) || misaligned(a.codes) ||
+      misaligned(a.x) || a.ldx % 8 != 0 || (a.n + 15) / 16 > INT_MAX)
     return false;
   const std::int64_t chunks = a.k / int4_chunk;
   int piece = largest_divisor(chunks, bulk_max_piece);
   if (piece < 8 && chunks > bulk_max_piece) return false;
-  const int sms = bulk_device_sms();
-  if (sms == 0) return false;
+  const bulk_device dev = bulk_device_now();
+  if (dev.sms == 0) return false;
   const std::int64_t tiles = (a.n + 15) / 16;
-  p.grid = unsigned(std::min<std::int64_t>(tiles, std::int64_t(sms) * bulk_blocks_per_sm));
+  p.grid = unsigned(std::min<std::int64_t>(tiles, std::int64_t(dev.sms) * dev.blocks));
   const std::int64_t tiles_per_block = (tiles + p.grid - 1) / p.grid;
   while (piece > 8 && tiles_per_block * (chunks / piece) < bulk_min_pieces) {
     const int smaller = largest_divisor(chunks, piece - 1);
@@ -222,7 +263,11 @@ void allow_smem() {
   if (bit && (done.load(std::memory_order_acquire) & bit)) return;
   constexpr int most = bulk_stage_offset + bulk_max_stages * bulk_max_piece * int(chunk_bytes);
   static_assert(most <= 227 * 1024, "a block's stages must fit the shared memory of one block");
+  static_assert(2 * (bulk_most_smem + 1024) <= 228 * 1024, "two blocks per SM must fit its shared memory");
   CUDA_CHECK(cudaFuncSetAttribute(int4_gemv_bulk_kernel<OutF32>, cudaFuncAttributeMaxDynamicSharedMemorySize, most));
+  // The stages are the kernel's working set (x goes through the rest of L1).
+  CUDA_CHECK(cudaFuncSetAttribute(int4_gemv_bulk_kernel<OutF32>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                  int(cudaSharedmemCarveoutMaxShared)));
   done.fetch_or(bit, std::memory_order_release);
 }
 

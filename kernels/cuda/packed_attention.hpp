@@ -152,6 +152,14 @@ struct packed_attention_args {
   // Both kernels as programmatic dependent launches (kernels/cuda/launch.cuh):
   // the same results, each launch overlapping the tail of the kernel before.
   bool dependent = false;
+  // v4 (lane order) only: the resident blocks per SM its kernel's registers
+  // are budgeted for: 3 (168 registers a thread; 0 means 3) or 4 (128: a
+  // third more warps to hide the chunk loop's ALU latencies, a few more
+  // spills). 4 applies to the 1-4-bit reads; the INT8 read (k_lower) keeps
+  // 3, its stages filling a fourth block's shared memory. The split rule
+  // sees the budget through blocks_per_sm, so splits (and the f32 summation
+  // order) may differ between the two.
+  int v4_blocks = 0;
 };
 
 std::size_t packed_attention_scratch_floats(int entries, int n_heads, int head_dim, int max_splits);

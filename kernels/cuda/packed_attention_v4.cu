@@ -24,29 +24,36 @@ using device::warps;
 
 using kernel_fn = void (*)(packed_attention_args, launch_shape);
 
-template <int B, bool LOWER, bool SIDE>
+template <int B, bool LOWER, bool SIDE, int MINB>
 kernel_fn pick_groups(int ng) {
   switch (ng) {
-    case 1: return packed_attention_v4_kernel<B, LOWER, 1, SIDE>;
-    case 2: return packed_attention_v4_kernel<B, LOWER, 2, SIDE>;
-    default: return packed_attention_v4_kernel<B, LOWER, 4, SIDE>;
+    case 1: return packed_attention_v4_kernel<B, LOWER, 1, SIDE, MINB>;
+    case 2: return packed_attention_v4_kernel<B, LOWER, 2, SIDE, MINB>;
+    default: return packed_attention_v4_kernel<B, LOWER, 4, SIDE, MINB>;
   }
+}
+
+// The 1-4-bit reads come in both register budgets; the INT8 read only in
+// 3 blocks' (its stages take a fourth block's shared memory).
+template <int B, bool SIDE>
+kernel_fn pick_budget(int ng, int blocks) {
+  return blocks == 4 ? pick_groups<B, false, SIDE, 4>(ng) : pick_groups<B, false, SIDE, 3>(ng);
 }
 
 // SIDE: SpeCache's replaced rows or raw scores, compiled out of the kernels
 // that read neither (their registers and branches stay out of the loop).
 template <bool SIDE>
-kernel_fn pick_bits(int bits, bool lower, int ng) {
-  if (lower) return pick_groups<4, true, SIDE>(ng);
+kernel_fn pick_bits(int bits, bool lower, int ng, int blocks) {
+  if (lower) return pick_groups<4, true, SIDE, 3>(ng);
   switch (bits) {
-    case 1: return pick_groups<1, false, SIDE>(ng);
-    case 2: return pick_groups<2, false, SIDE>(ng);
-    default: return pick_groups<4, false, SIDE>(ng);
+    case 1: return pick_budget<1, SIDE>(ng, blocks);
+    case 2: return pick_budget<2, SIDE>(ng, blocks);
+    default: return pick_budget<4, SIDE>(ng, blocks);
   }
 }
 
-kernel_fn pick(int bits, bool lower, int ng, bool side) {
-  return side ? pick_bits<true>(bits, lower, ng) : pick_bits<false>(bits, lower, ng);
+kernel_fn pick(int bits, bool lower, int ng, bool side, int blocks) {
+  return side ? pick_bits<true>(bits, lower, ng, blocks) : pick_bits<false>(bits, lower, ng, blocks);
 }
 
 void fail(const std::string& what) { throw std::invalid_argument("packed_attention (lane order): " + what); }
@@ -57,6 +64,8 @@ kernel_fn prepare(const packed_attention_args& a, launch_shape& sh) {
   const int gq = detail::check_packed_attention_args(a);
   const packed_cache_view& c = a.cache;
   if (c.head_dim != D) fail("head_dim must be 128, got " + std::to_string(c.head_dim));
+  if (a.v4_blocks != 0 && a.v4_blocks != 3 && a.v4_blocks != 4)
+    fail("v4_blocks must be 0 (the default, 3), 3 or 4, got " + std::to_string(a.v4_blocks));
   const bool lower = c.k_lower != nullptr;
   sh.gq = gq;
   sh.log2_group = c.group == 32 ? 5 : c.group == 64 ? 6 : 7;
@@ -89,7 +98,7 @@ kernel_fn prepare(const packed_attention_args& a, launch_shape& sh) {
   }
   sh.off_warps = off;
   sh.smem = off + warps * sh.warp_bytes;
-  const kernel_fn k = pick(c.bits, lower, ng, a.rows.positions != nullptr || a.scores != nullptr);
+  const kernel_fn k = pick(c.bits, lower, ng, a.rows.positions != nullptr || a.scores != nullptr, a.v4_blocks);
   static std::mutex mu;
   static std::map<kernel_fn, int> configured;
   std::lock_guard<std::mutex> lock(mu);

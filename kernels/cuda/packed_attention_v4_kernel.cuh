@@ -95,8 +95,10 @@ constexpr int rep_warp_words = 64 + 32 * 8;
 // value rows in f32 fill 4 KiB of the warp's stage region (warp_bytes >= 8 D 4).
 constexpr int rep_batch = 8;
 
-template <int B, bool LOWER, int NG, bool SIDE>
-__global__ void __launch_bounds__(threads, 3) packed_attention_v4_kernel(packed_attention_args a, launch_shape sh) {
+// MINB: the resident blocks per SM the registers are budgeted for
+// (packed_attention_args::v4_blocks): 3 gives 168 a thread, 4 gives 128.
+template <int B, bool LOWER, int NG, bool SIDE, int MINB>
+__global__ void __launch_bounds__(threads, MINB) packed_attention_v4_kernel(packed_attention_args a, launch_shape sh) {
   constexpr int ROWB = lane_order::key_row_bytes(B);  // bytes per token of a plane (keys; values in blocks)
   constexpr int VG = D / NG;                          // channels per value group
   constexpr int MT_PER_G = VG / 16;                   // m-tiles of 16 channels per value group

@@ -136,6 +136,7 @@ struct v2_knobs {
   bool lean_smem = false;
   int combine = 0;
   int min_split_tiles = 2;
+  int v4_blocks = 0;  // packed_attention_args::v4_blocks (lane order)
 };
 
 // v3's configuration per format (NOTES.md, "Packed attention v3"): lean
@@ -198,6 +199,7 @@ void run_v2(const quant_bench_options& o, const device_properties& props, alloca
     a.stages = k.stages;
     a.lean_smem = k.lean_smem;
     a.combine = k.combine;
+    a.v4_blocks = k.v4_blocks;
     a.scale = 1.f / std::sqrt(float(d));
     a.splits = packed_attention_splits(n, nkv, packed_attention_tiles(c.n_quant, ctx), props.sm_count, o.max_splits,
                                        packed_attention_blocks_per_sm(a), k.min_split_tiles);
@@ -273,6 +275,12 @@ void run_v2(const quant_bench_options& o, const device_properties& props, alloca
       const std::string tag = "2 rows per block, batch " + std::to_string(n);
       add_row("v4-specache", "specache", 1, n, a, base_bytes, tag + ", no side work",
               [&] { packed_attention(a, st.get()); });
+      auto a4 = a;  // the 128-register budget (its splits follow its blocks per SM)
+      a4.v4_blocks = 4;
+      a4.splits = packed_attention_splits(n, nkv, packed_attention_tiles(nq, ctx + 1), props.sm_count, o.max_splits,
+                                          packed_attention_blocks_per_sm(a4), packed_attention_min_split_tiles);
+      add_row("v4-specache", "specache", 1, n, a4, base_bytes, tag + ", no side work, 128-register budget",
+              [&] { packed_attention(a4, st.get()); });
       auto s = a;
       s.scores = scores.as<float>();
       s.entry_scores_row = ip + 3 * ne;
@@ -311,6 +319,12 @@ void run_v2(const quant_bench_options& o, const device_properties& props, alloca
         both.ml = s.ml;
         add_row("v4-specache", "specache", 1, n, both, base_bytes + row_bytes + score_bytes,
                 tag + ", 64 rows " + where + " + scores", [&] { packed_attention(both, st.get()); });
+        auto both4 = both;
+        both4.v4_blocks = a4.v4_blocks;
+        both4.splits = a4.splits;
+        add_row("v4-specache", "specache", 1, n, both4, base_bytes + row_bytes + score_bytes,
+                tag + ", 64 rows " + where + " + scores, 128-register budget",
+                [&] { packed_attention(both4, st.get()); });
       }
     }
   };
@@ -402,6 +416,28 @@ void run_v2(const quant_bench_options& o, const device_properties& props, alloca
         add_row("v4", f.name, f.bits * (f.lower ? 2 : 1), 1, a, c.bytes_per_entry(f.bits, f.lower) + q_bytes / batch,
                 "batch 1, " + smem_note(a), [&] { packed_attention(a, st.get()); });
       }
+      // The 128-register budget (4 blocks per SM) for the 1-4-bit reads, at
+      // each stage count that fits a fourth block, then at batch 1.
+      for (const auto& f : formats) {
+        if (f.lower) continue;
+        for (const int stages : {2, 3, 4}) {
+          v2_knobs k = v3_knobs(f.bits, f.lower);
+          k.stages = stages;
+          k.v4_blocks = 4;
+          const auto a = args_for(c, f.bits, f.lower, batch, k, packed_order::lane);
+          if (packed_attention_blocks_per_sm(a) < 4) continue;
+          add_row("v4-128reg", f.name, f.bits, batch, a, c.bytes_per_entry(f.bits, f.lower) * batch + q_bytes,
+                  "stages " + std::to_string(stages) + ", " + smem_note(a), [&] { packed_attention(a, st.get()); });
+        }
+      }
+      for (const auto& f : {formats[0], formats[2]}) {
+        v2_knobs k = v3_knobs(f.bits, f.lower);
+        k.stages = packed_attention_v4_stages(f.bits);
+        k.v4_blocks = 4;
+        const auto a = args_for(c, f.bits, f.lower, 1, k, packed_order::lane);
+        add_row("v4-128reg", f.name, f.bits, 1, a, c.bytes_per_entry(f.bits, f.lower) + q_bytes / batch,
+                "batch 1, " + smem_note(a), [&] { packed_attention(a, st.get()); });
+      }
     }
     // SpeCache's step: 1 bit with 64 replaced rows per (sequence, KV head),
     // positions spread over the context; then the raw scores of every
@@ -485,6 +521,16 @@ void run_v2(const quant_bench_options& o, const device_properties& props, alloca
                 c.bytes_per_entry(4, lower) * batch + q_bytes,
                 "G=128, stages " + std::to_string(k4.stages) + ", " + smem_note(b4),
                 [&] { packed_attention(b4, st.get()); });
+        if (!lower)  // QuantSpec's draft read at the 128-register budget
+          for (const int stages : {2, 3}) {
+            v2_knobs kb = k4;
+            kb.stages = stages;
+            kb.v4_blocks = 4;
+            const auto bb = args_for(c, 4, false, batch, kb, packed_order::lane);
+            add_row("v4-128reg", "hier-int4", 4, batch, bb, c.bytes_per_entry(4, false) * batch + q_bytes,
+                    "G=128, stages " + std::to_string(stages) + ", " + smem_note(bb),
+                    [&] { packed_attention(bb, st.get()); });
+          }
       }
     }
   }

@@ -73,6 +73,7 @@ TEST(BenchCli, BadFlagsAreUsageErrors) {
       {"bench --preset tiny --device cpu --attention-only", "--attention-only: needs --kernels"},
       {"bench --device cuda --kernels --gemv-only --attention-only", "are exclusive"},
       {"bench --preset tiny --device cuda --packed-order rows", "--packed-order: must be cpu or lane, got 'rows'"},
+      {"bench --preset tiny --device cuda --packed-blocks 5", "--packed-blocks: must be 0 (the default), 3 or 4, got 5"},
       {"bench --preset tiny --device cuda --specache-blocks two", "--specache-blocks: must be auto, per-row or shared"},
       {"bench --preset tiny --device cpu --specache-blocks shared", "--specache-blocks: the CUDA decode bench only"},
       {"bench --device cpu --kernels --gather-only", "--gather-only and --gemv-only time CUDA kernels"},

@@ -16,7 +16,8 @@ using namespace packed_case;
 
 // v4: the same cases over the cache in lane order (head_dim 128), every
 // format, GQA group and G, odd and wrapping windows, causal rows inside the
-// window and inside the packed part, splits and stages.
+// window and inside the packed part, splits, stages and both register
+// budgets (v4_blocks 3 and 4).
 TEST_F(cuda_packed_attention, lane_order_matches_cpu_on_the_same_codes) {
   unsigned seed = 1700;
   for (const auto& fc : formats)
@@ -29,6 +30,7 @@ TEST_F(cuda_packed_attention, lane_order_matches_cpu_on_the_same_codes) {
         ro.order = kc::packed_order::lane;
         ro.splits = {1, 4};
         ro.stages = {2, 4};
+        ro.v4_blocks = {0, 4};
         ro.variants = {{true, 1}, {true, 0}};
         run_case(*dev_, fc, 128, 2, gq, group, shapes, es, 41, ++seed, ro);
       }
@@ -53,6 +55,7 @@ TEST_F(cuda_packed_attention, lane_order_windows_long_contexts_and_multi_query_b
   run_options lr = ro;
   lr.splits = {1, 7, 16};
   lr.stages = {2, 3, 4};
+  lr.v4_blocks = {0, 4};
   run_case(*dev_, formats[0], 128, 2, 4, 64, {{60, 70}}, {{0, 60 * 64 + 70}}, 130, 1890, lr);
   run_case(*dev_, formats[5], 128, 2, 4, 128, {{24, 200}}, {{0, 24 * 128 + 200}}, 256, 1891, lr);
   run_multi_query(*dev_, ro, seed);

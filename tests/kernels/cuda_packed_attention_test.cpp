@@ -102,6 +102,7 @@ TEST_F(cuda_packed_attention, mixed_rows_match_cpu_mixed_attention) {
       ro.rows = &rows;
       ro.splits = {1, 3};
       ro.order = order;
+      if (order == kc::packed_order::lane) ro.v4_blocks = {0, 4};
       run_case(*dev_, fc, 128, 2, 4, 64, shapes, es, 70, seed, ro);
     }
 }
@@ -133,6 +134,7 @@ TEST_F(cuda_packed_attention, multi_query_blocks_with_shared_rows_and_scores) {
   for (const auto order : both_orders)
     for (const auto& fc : {formats[0], formats[3], formats[1]}) {
       ro.order = order;
+      ro.v4_blocks = order == kc::packed_order::lane ? std::vector<int>{0, 4} : std::vector<int>{0};
       run_shared_rows(*dev_, fc, {{0, 5 * 64 + 23}, {1, 2 * 64 + 60}},
                       {{0, 5 * 64 + 24}, {0, 5 * 64 + 25}, {1, 2 * 64 + 61}, {1, 2 * 64 + 62}}, {0, 0, 1, 1},
                       {{5, 25}, {2, 62}}, ++seed, ro);
@@ -229,6 +231,16 @@ TEST_F(cuda_packed_attention, rejects_bad_arguments) {
     ADD_FAILURE() << "raw scores without entry rows were accepted";
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("scores need"), std::string::npos) << e.what();
+  }
+  a.scores = nullptr;
+  for (const int blocks : {1, 2, 5, -1}) {
+    a.v4_blocks = blocks;
+    try {
+      kc::packed_attention(a, nullptr);
+      ADD_FAILURE() << "v4_blocks " << blocks << " was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("v4_blocks"), std::string::npos) << e.what();
+    }
   }
 }
 #endif

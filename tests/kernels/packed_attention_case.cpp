@@ -171,10 +171,12 @@ void run_case(allocator& dev, const format_case& fc, int d, int kv_heads, int gq
   const int max_splits = 16;
   dev_array<float> part(dev, kc::packed_attention_scratch_floats(n, heads, d, max_splits));
   for (const variant& va : ro.variants)
+  for (const int v4_blocks : ro.v4_blocks)
   for (const int stages : ro.stages)
     for (const int splits : ro.splits) {
       SCOPED_TRACE("splits=" + std::to_string(splits) + " stages=" + std::to_string(stages) +
-                   " lean_smem=" + std::to_string(va.lean_smem) + " combine=" + std::to_string(va.combine));
+                   " lean_smem=" + std::to_string(va.lean_smem) + " combine=" + std::to_string(va.combine) +
+                   " v4_blocks=" + std::to_string(v4_blocks));
       dev_array<float> out(dev, std::size_t(n) * heads * d);  // 0xff bytes: NaN until written
       dev_array<float> scores(dev, std::size_t(n) * heads * std::size_t(max_len));
       dev_array<float> ml(dev, std::size_t(n) * heads * 2);
@@ -211,6 +213,7 @@ void run_case(allocator& dev, const format_case& fc, int d, int kv_heads, int gq
       a.n_heads = heads;
       a.splits = splits;
       a.stages = stages;
+      a.v4_blocks = v4_blocks;
       a.lean_smem = va.lean_smem;
       a.combine = va.combine;
       a.dependent = va.combine == 1;  // programmatic dependent launches: same results

@@ -135,6 +135,7 @@ const variant all_variants[] = {{false, 0}, {true, 1}, {true, 0}, {false, 1}};
 struct run_options {
   std::vector<int> splits{1, 3};
   std::vector<int> stages{3};
+  std::vector<int> v4_blocks{0};  // packed_attention_args::v4_blocks (lane order only)
   std::vector<variant> variants{std::begin(all_variants), std::end(all_variants)};
   const replaced* rows = nullptr;  // per entry, as the CPU reference reads them
   // The device's rows instead, one set per index, entry e reading set
