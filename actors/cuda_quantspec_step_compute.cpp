@@ -21,8 +21,6 @@ int most_drafts(const gamma_options& g) { return g.adaptive ? std::min(g.max_gam
 cuda_forward_options forward_options(const cuda_quantspec_step_options& o) {
   if (o.max_context <= 0) throw std::invalid_argument("cuda quantspec step compute: max_context must be > 0");
   if (o.max_sequences <= 0) throw std::invalid_argument("cuda quantspec step compute: max_sequences must be > 0");
-  if (o.draft.quantize_lm_head)
-    throw std::invalid_argument("--draft-lm-head: the GPU draft shares lm_head with the target (use --device cpu)");
   if (o.kv_group != 32 && o.kv_group != 64 && o.kv_group != 128)
     throw std::invalid_argument("--group: the GPU's hierarchical cache uses groups of 32, 64 or 128 tokens, got " +
                                 std::to_string(o.kv_group));
@@ -99,7 +97,8 @@ class cuda_quantspec_step_compute final : public step_compute {
   static std::unique_ptr<cuda_model> make_model(const model_config& config, const model_weights& weights,
                                                 const cuda_quantspec_step_options& opts) {
     auto m = std::make_unique<cuda_model>(config, weights, opts.device);
-    m->make_draft(opts.draft.group);
+    m->make_draft(opts.draft.group, kernels::cuda::int4_gemv_layout(kernels::cuda::int4_gemv_default_version),
+                  opts.draft.quantize_lm_head);
     return m;
   }
 

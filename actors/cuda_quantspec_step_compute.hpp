@@ -31,9 +31,10 @@ struct cuda_quantspec_step_options {
 };
 
 // Uploads the weights and quantizes the draft on the device, on the calling
-// thread. Throws std::invalid_argument naming an option it cannot run
-// (--draft-lm-head, a group the GPU cache lacks, a fixed gamma above what a
-// round can roll back) and std::runtime_error without a device.
+// thread (lm_head too with opts.draft.quantize_lm_head, --draft-lm-head).
+// Throws std::invalid_argument naming an option it cannot run (a group the
+// GPU cache lacks, a fixed gamma above what a round can roll back) and
+// std::runtime_error without a device.
 std::shared_ptr<step_compute> make_cuda_quantspec_step_compute(const model_config& config,
                                                                const model_weights& weights,
                                                                const cuda_quantspec_step_options& opts);

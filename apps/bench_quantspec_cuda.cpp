@@ -75,8 +75,6 @@ bench_report run_cuda_quantspec_bench(const bench_options& o, const quantspec_be
                       std::to_string(G));
   quantspec_flags qf{q.weight_group, q.quantize_lm_head};
   const draft_options dopts = draft_options_of(qf);
-  if (dopts.quantize_lm_head)
-    throw usage_error("--draft-lm-head: the GPU draft shares lm_head with the target");
   const gamma_options gopts = gamma_of(q.gamma, G);
   if (gopts.adaptive) throw usage_error("--gamma: the GPU QuantSpec bench times a fixed gamma (auto: use generate)");
   const int gamma = gopts.gamma;
@@ -95,7 +93,8 @@ bench_report run_cuda_quantspec_bench(const bench_options& o, const quantspec_be
                       "): the measured acceptance says nothing about a trained model (--acceptance A gives the "
                       "speedup at a rate A)");
   }
-  gpu->make_draft(dopts.group, kc::int4_gemv_layout(o.draft_gemv ? o.draft_gemv : kc::int4_gemv_default_version));
+  gpu->make_draft(dopts.group, kc::int4_gemv_layout(o.draft_gemv ? o.draft_gemv : kc::int4_gemv_default_version),
+                  dopts.quantize_lm_head);
   r.notes.push_back(describe_draft_memory(c, dopts) + "; on the GPU " + fixed(double(gpu->draft_bytes()) / gib, 2) +
                     " GiB");
   r.notes.push_back("quantspec on the GPU: hier G=" + std::to_string(G) + ", gamma " + std::to_string(gamma) +
@@ -180,8 +179,10 @@ bench_report run_cuda_quantspec_bench(const bench_options& o, const quantspec_be
       fwd.set_draft_weights(true);
       fwd.set_kv_read(4);
       const auto td = time_events(fwd.stream(), o.warmup, o.repeats, [&] { fwd.decode(slots, toks); });
-      // The packed projections, the shared bf16 lm_head, the INT4 cache.
-      const double dbytes = double(gpu->draft_bytes()) + double(c.vocab_size * c.hidden_size * 2) + double(b) * kv4;
+      // The packed projections (and lm_head, --draft-lm-head; else the shared
+      // bf16 one), the INT4 cache.
+      const double head = gpu->draft_lm_head() ? 0.0 : double(c.vocab_size * c.hidden_size * 2);
+      const double dbytes = double(gpu->draft_bytes()) + head + double(b) * kv4;
       const double cost = td.median / tt.median;
       bench_point dp{"draft", b, ctx, false, "4-bit weights, INT4 KV; c = " + fixed(cost, 3) + " of target", td.median,
                      td.spread, double(b) / (td.median * 1e-3), dbytes, dbytes / r.copy_bandwidth * 1e3, used_gib()};

@@ -23,7 +23,7 @@ std::shared_ptr<step_compute> make_generate_cuda_compute(const model& m, std::in
 
 // --kv quantspec (actors/cuda_quantspec_step_compute.hpp), one sequence of
 // opts.max_context tokens; usage_error for what the GPU rounds cannot run
-// (--draft-lm-head, a group other than 32/64/128) or what exceeds
+// (a group other than 32/64/128, a fixed gamma past 15) or what exceeds
 // gpu_memory_gib > 0.
 std::shared_ptr<step_compute> make_generate_cuda_quantspec_compute(const model& m,
                                                                    const quantspec_step_options& opts,

@@ -49,7 +49,10 @@ class cuda_model {
   // QuantSpec's draft (model/draft_weights.hpp, on the device): 4-bit copies
   // of every projection, quantized on the GPU from the bf16 weights with the
   // format of kernels/int4_linear.hpp (group-wise asymmetric RTN), beside
-  // them. Embedding, norms and lm_head stay shared. Once per model; throws
+  // them. Embedding and norms stay shared, and lm_head too unless `lm_head`
+  // (--draft-lm-head): then the draft multiplies by a 4-bit copy of it in
+  // the same format (the CPU draft's draft_options::quantize_lm_head). Once
+  // per model; throws
   // std::invalid_argument when the group is not a positive multiple of 32 or
   // a projection's input size is not a multiple of 32 (the int4 GEMV's).
   // `layout` is the one the draft's GEMV version reads
@@ -58,8 +61,10 @@ class cuda_model {
   // default follows the default version.
   void make_draft(std::int64_t group = 128,
                   kernels::cuda::int4_layout layout = kernels::cuda::int4_gemv_layout(
-                      kernels::cuda::int4_gemv_default_version));
+                      kernels::cuda::int4_gemv_default_version),
+                  bool lm_head = false);
   bool has_draft() const;
+  bool draft_lm_head() const;  // the draft has its own 4-bit lm_head
   kernels::cuda::int4_layout draft_layout() const;
   // Device bytes of the draft's copies (0 before make_draft); the same as
   // model/draft_weights.hpp's draft_bytes() for the shape (tiles: when every

@@ -364,6 +364,9 @@ struct cuda_forward::impl {
   // when the draft runs (the int4 GEMV, 8 rows per launch).
   void proj(const std::uint16_t* in, std::int64_t ldx, const buffer& wt, const cuda_int4& wq, void* out,
             std::int64_t ldy, kc::gemm_out type, bool acc, std::int64_t m, std::int64_t n, std::int64_t k);
+  // The same by a 4-bit copy alone (the draft's projections, its lm_head).
+  void int4_proj(const std::uint16_t* in, std::int64_t ldx, const cuda_int4& wq, void* out, std::int64_t ldy,
+                 kc::gemm_out type, bool acc, std::int64_t m, std::int64_t n, std::int64_t k);
   // The MLP after its norm: x += (silu(xn Wg^T) * (xn Wu^T)) Wdown^T. With
   // fuse_swiglu, where the GEMV runs the gate/up projection, the SwiGLU is
   // that GEMV's epilogue (gemm_out::swiglu): one launch and the round trip

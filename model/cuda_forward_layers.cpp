@@ -47,6 +47,12 @@ void cuda_forward::impl::proj(const std::uint16_t* in, std::int64_t ldx, const b
     gemm(in, ldx, wt.as<std::uint16_t>(), out, ldy, type, acc, m, n, k);
     return;
   }
+  int4_proj(in, ldx, wq, out, ldy, type, acc, m, n, k);
+}
+
+void cuda_forward::impl::int4_proj(const std::uint16_t* in, std::int64_t ldx, const cuda_int4& wq, void* out,
+                                   std::int64_t ldy, kc::gemm_out type, bool acc, std::int64_t m, std::int64_t n,
+                                   std::int64_t k) {
   const std::size_t out_size = type == kc::gemm_out::f32 ? 4 : 2;
   for (std::int64_t r = 0; r < m; r += kc::int4_gemv_max_rows) {
     kc::int4_gemv_args a;
@@ -201,8 +207,12 @@ void cuda_forward::impl::layers(std::int64_t m, int prefill_slot, std::int64_t p
   const std::int64_t first = m - logit_rows;
   kc::rmsnorm(x.as<float>() + first * h, h, nullptr, 0, w.final_norm.as<float>(), xn.as<std::uint16_t>(), h, logit_rows,
               h, eps, st.get());
-  gemm(xn.as<std::uint16_t>(), h, w.lm_head_ptr(), logits.data(), c.vocab_size, kc::gemm_out::f32, false, logit_rows,
-       c.vocab_size, h);
+  if (draft && w.lm_head_q.out != 0)  // the draft's own 4-bit lm_head (make_draft with lm_head)
+    int4_proj(xn.as<std::uint16_t>(), h, w.lm_head_q, logits.data(), c.vocab_size, kc::gemm_out::f32, false,
+              logit_rows, c.vocab_size, h);
+  else
+    gemm(xn.as<std::uint16_t>(), h, w.lm_head_ptr(), logits.data(), c.vocab_size, kc::gemm_out::f32, false,
+         logit_rows, c.vocab_size, h);
   last_rows = logit_rows;
   // SpeCache: the last layers' fetches overlap the final norm and lm_head;
   // the step ends when they are done (a graph must join its streams).

@@ -6,6 +6,7 @@
 
 #ifdef SPECPIPE_HAVE_CUDA
 #include <algorithm>
+#include <span>
 
 #include "kernels/cuda/device.hpp"
 #include "kernels/cuda/elementwise.hpp"
@@ -42,8 +43,9 @@ namespace {
 
 cuda_model::cuda_model() = default;
 cuda_model::cuda_model(const model_config&, const model_weights&, int) { no_cuda(); }
-void cuda_model::make_draft(std::int64_t, kernels::cuda::int4_layout) { no_cuda(); }
+void cuda_model::make_draft(std::int64_t, kernels::cuda::int4_layout, bool) { no_cuda(); }
 bool cuda_model::has_draft() const { return false; }
+bool cuda_model::draft_lm_head() const { return false; }
 kernels::cuda::int4_layout cuda_model::draft_layout() const { return kernels::cuda::int4_layout::rows; }
 std::size_t cuda_model::draft_bytes() const { return 0; }
 cuda_model cuda_model::random(const model_config&, std::uint64_t, int, float) { no_cuda(); }
@@ -227,7 +229,7 @@ cuda_model cuda_model::random(const model_config& config, std::uint64_t seed, in
   return m;
 }
 
-void cuda_model::make_draft(std::int64_t group, kc::int4_layout layout) {
+void cuda_model::make_draft(std::int64_t group, kc::int4_layout layout, bool lm_head) {
   auto& m = *impl_;
   if (m.draft_group != 0)
     throw std::logic_error("cuda_model::make_draft: the draft exists (group " + std::to_string(m.draft_group) + ")");
@@ -242,7 +244,10 @@ void cuda_model::make_draft(std::int64_t group, kc::int4_layout layout) {
   kc::set_device(m.device);
   kc::stream st;
   const std::int64_t h = c.hidden_size, inter = c.intermediate_size;
-  const std::int64_t shapes[][2] = {{c.q_dim() + 2 * c.kv_dim(), h}, {h, c.q_dim()}, {2 * inter, h}, {h, inter}};
+  // The projections' shapes, then lm_head's (quantized only when asked).
+  const std::int64_t shapes[][2] = {
+      {c.q_dim() + 2 * c.kv_dim(), h}, {h, c.q_dim()}, {2 * inter, h}, {h, inter}, {c.vocab_size, h}};
+  const std::span<const std::int64_t[2]> quantized(shapes, lm_head ? 5 : 4);
   // Tiles: each projection is quantized into the row layout in scratch
   // buffers sized for the largest one, then repacked on the device into its
   // own buffers (the rows never reach host memory; the scratch is freed at
@@ -250,7 +255,7 @@ void cuda_model::make_draft(std::int64_t group, kc::int4_layout layout) {
   buffer rows_codes, rows_scale, rows_zero;
   if (layout == kc::int4_layout::tiles) {
     std::int64_t codes = 0, scales = 0;
-    for (const auto& [out, in] : shapes) {
+    for (const auto& [out, in] : quantized) {
       codes = std::max(codes, out * kernels::cpu::int4_code_stride(in));
       scales = std::max(scales, out * ((in + group - 1) / group));
     }
@@ -258,7 +263,7 @@ void cuda_model::make_draft(std::int64_t group, kc::int4_layout layout) {
     rows_scale = buffer(*m.alloc, std::size_t(scales) * 2);
     rows_zero = buffer(*m.alloc, std::size_t(scales) * 2);
   }
-  auto quantize = [&](const buffer& w, std::int64_t out, std::int64_t in, cuda_int4& q) {
+  auto quantize = [&](const std::uint16_t* w, std::int64_t out, std::int64_t in, cuda_int4& q) {
     q.out = out;
     q.in = in;
     q.group = group;
@@ -266,7 +271,7 @@ void cuda_model::make_draft(std::int64_t group, kc::int4_layout layout) {
     const std::int64_t groups = (in + group - 1) / group;
     const bool tiles = layout == kc::int4_layout::tiles;
     kc::int4_quantize_args a;
-    a.w = w.as<std::uint16_t>();
+    a.w = w;
     a.ldw = in;
     a.code_stride = kernels::cpu::int4_code_stride(in);
     a.out = out;
@@ -302,23 +307,25 @@ void cuda_model::make_draft(std::int64_t group, kc::int4_layout layout) {
     kc::int4_tile(t, st.get());  // stream order: the next projection's quantize reuses the scratch after this
   };
   for (auto& l : m.layers) {
-    quantize(l.wqkv, c.q_dim() + 2 * c.kv_dim(), h, l.wqkv_q);
-    quantize(l.wo, h, c.q_dim(), l.wo_q);
-    quantize(l.wgu, 2 * inter, h, l.wgu_q);
-    quantize(l.wdown, h, inter, l.wdown_q);
+    quantize(l.wqkv.as<std::uint16_t>(), c.q_dim() + 2 * c.kv_dim(), h, l.wqkv_q);
+    quantize(l.wo.as<std::uint16_t>(), h, c.q_dim(), l.wo_q);
+    quantize(l.wgu.as<std::uint16_t>(), 2 * inter, h, l.wgu_q);
+    quantize(l.wdown.as<std::uint16_t>(), h, inter, l.wdown_q);
   }
+  if (lm_head) quantize(m.lm_head_ptr(), c.vocab_size, h, m.lm_head_q);  // the embedding's rows when tied
   st.synchronize();
   m.draft_group = group;
   m.draft_layout = layout;
 }
 
 bool cuda_model::has_draft() const { return impl_->draft_group != 0; }
+bool cuda_model::draft_lm_head() const { return impl_->lm_head_q.out != 0; }
 kc::int4_layout cuda_model::draft_layout() const { return impl_->draft_layout; }
 
 std::size_t cuda_model::draft_bytes() const {
   std::size_t n = 0;
   for (const auto& l : impl_->layers) n += l.wqkv_q.bytes() + l.wo_q.bytes() + l.wgu_q.bytes() + l.wdown_q.bytes();
-  return n;
+  return n + impl_->lm_head_q.bytes();
 }
 
 cuda_model::~cuda_model() = default;

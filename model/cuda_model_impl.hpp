@@ -43,6 +43,7 @@ struct cuda_model::impl {
   buffer inv_freq;    // f32 [head_dim / 2]
   std::vector<cuda_layer> layers;
   std::int64_t draft_group = 0;  // 0: no draft weights
+  cuda_int4 lm_head_q;           // the draft's 4-bit lm_head (make_draft with lm_head); empty: shared
   kernels::cuda::int4_layout draft_layout = kernels::cuda::int4_layout::rows;
 
   const std::uint16_t* lm_head_ptr() const {

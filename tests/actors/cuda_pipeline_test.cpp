@@ -365,9 +365,6 @@ TEST(CudaQuantSpecStepCompute, RefusesWhatTheGpuRoundsCannotRun) {
     }
   };
   auto o = quantspec_options(1);
-  o.draft.quantize_lm_head = true;
-  expect_refused(o, "--draft-lm-head");
-  o = quantspec_options(1);
   o.kv_group = 256;
   expect_refused(o, "--group");
   o = quantspec_options(1);

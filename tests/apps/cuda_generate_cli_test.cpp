@@ -85,6 +85,12 @@ TEST(CudaGenerateCli, QuantSpecRunsOnTheDefaultModel) {
   EXPECT_THAT(q.err, HasSubstr("quantspec G=128 gamma 4"));
   EXPECT_THAT(q.err, HasSubstr("accepted"));
   EXPECT_THAT(q.err, HasSubstr("quantized on the GPU"));
+  // The draft with its own 4-bit lm_head: greedy rounds still give the target's tokens.
+  const auto h = run_specpipe("generate --device cuda --kv quantspec --gamma 4 --draft-lm-head --prompt '" + prompt +
+                              "' -n 16 --temperature 0");
+  ASSERT_EQ(h.exit_code, 0) << h.err;
+  EXPECT_EQ(h.out, t.out);
+  EXPECT_THAT(h.err, HasSubstr("lm_head 4-bit too"));
   const auto s = run_specpipe("generate --device cuda --kv quantspec --gamma auto --prompt '" + prompt +
                               "' -n 300 --ignore-eos --temperature 0.8 --seed 3");
   ASSERT_EQ(s.exit_code, 0) << s.err;

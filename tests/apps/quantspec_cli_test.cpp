@@ -70,7 +70,6 @@ TEST(QuantSpecCli, BadFlagsAreUsageErrors) {
       {"--kv quantspec --kv-bits 4", "--kv-bits and --residual do not apply"},
       {"--kv quantspec --weight-group 3", "--weight-group: must be even"},
       {"--kv quantspec --device cuda --group 256", "--group: the GPU's hierarchical cache uses groups of 32, 64 or 128"},
-      {"--kv quantspec --device cuda --draft-lm-head", "--draft-lm-head: the GPU draft shares lm_head"},
       {"--kv hier --gamma 4", "apply to --kv quantspec only"},
       {"--kv speculative", "(or quantspec)"},
   };

@@ -177,6 +177,54 @@ TEST_F(cuda_quantspec_test, draft_forward_matches_the_cpu_draft) {
   EXPECT_GT(rel_error(got.data(), target.data(), V), 1e-3);
 }
 
+// --draft-lm-head on the GPU: the draft multiplies by its own 4-bit lm_head
+// (the embedding's rows when tied), as the CPU draft does with
+// draft_options::quantize_lm_head; the 16-bit forward keeps the bf16 one.
+TEST_F(cuda_quantspec_test, a_draft_with_its_own_lm_head_matches_the_cpu_draft) {
+  for (const bool tied : {false, true}) {
+    SCOPED_TRACE(tied ? "tied embedding" : "own lm_head");
+    auto c = small_config(8, 2);
+    c.tie_word_embeddings = tied;
+    test::random_weights w(c, 44, 0.1f, dtype::bf16);
+    if (tied) w.w.lm_head = w.w.embed;
+    const draft_options dopts{128, true};
+    cuda_model gm(c, w.w), shared(c, w.w);
+    gm.make_draft(128, kernels::cuda::int4_gemv_layout(kernels::cuda::int4_gemv_default_version), true);
+    shared.make_draft(128);
+    EXPECT_TRUE(gm.draft_lm_head());
+    EXPECT_FALSE(shared.draft_lm_head());
+    EXPECT_EQ(gm.draft_bytes(), draft_bytes(c, dopts));
+    EXPECT_EQ(gm.draft_bytes() - shared.draft_bytes(), draft_bytes(c, dopts) - draft_bytes(c, draft_options{}));
+
+    cpu_forward cpu(c, w.w, 2);
+    const draft_weights draft(c, w.w, dopts, &cpu.pool());
+    std::mt19937 rng(10);
+    const auto prompt = random_tokens(rng, 40, c.vocab_size);
+    hier_cache cache(c, 64, {64, hier_read::int4}, &cpu.pool());
+    cuda_forward_options o;
+    o.max_context = 64;
+    o.kv = hier(4, 64);
+    cuda_forward fwd(gm, o), fs(shared, o);
+    fwd.set_draft_weights(true);
+    fs.set_draft_weights(true);
+    const std::size_t V = std::size_t(c.vocab_size);
+    std::vector<float> want(V), got(V), other(V);
+    cpu.forward(prompt, cache, want, false, &draft.set());
+    fwd.prefill(0, prompt, got);
+    fs.prefill(0, prompt, other);
+    EXPECT_LT(rel_error(got.data(), want.data(), V), 2e-2) << "prefill";
+    // The 4-bit lm_head is what moved the logits off the shared one's.
+    EXPECT_GT(rel_error(got.data(), other.data(), V), 1e-3) << "prefill";
+    const int slot = 0;
+    for (int s = 0; s < 6; ++s) {
+      const std::int32_t t = std::int32_t(std::max_element(want.begin(), want.end()) - want.begin());
+      cpu.forward(std::span(&t, 1), cache, want, false, &draft.set());
+      fwd.decode(std::span(&slot, 1), std::span(&t, 1), got);
+      EXPECT_LT(rel_error(got.data(), want.data(), V), 2e-2) << "step " << s;
+    }
+  }
+}
+
 struct target_run {
   std::vector<std::int32_t> tokens;
   std::vector<float> margin;  // top-2 logit margin before each token
