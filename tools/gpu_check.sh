@@ -10,13 +10,14 @@
 # minutes on an H200.
 #
 # usage: tools/gpu_check.sh [BUILD_DIR] [LIB_DIR]
-#   SPECPIPE_GPU_CHECK=tests|bench|switches|all (default all): only the tests
-#   and generate, or only the benchmarks (so a GPU shared with other work
-#   runs the tests, and the timings get the card to themselves); switches:
-#   the kernels bench, then the opt-in switches against their defaults in
-#   one run each (--packed-blocks 4 on llama3-8b 32k at batch 1, 8 and at
-#   max batch under 48 GB; QuantSpec's draft with --draft-gemv 7/9 and
-#   --packed-blocks 3/4), into kernels.log, llama3_32k.log, quantspec.log
+#   SPECPIPE_GPU_CHECK=tests|bench|switches|switches-llama3|all (default
+#   all): only the tests and generate, or only the benchmarks (so a GPU
+#   shared with other work runs the tests, and the timings get the card to
+#   themselves); switches: the kernels bench, then QuantSpec's draft with
+#   --draft-gemv 7/9 x --packed-blocks 0/4 and with --draft-lm-head
+#   (kernels.log, quantspec.log); switches-llama3: --packed-blocks 0/4 on
+#   llama3-8b 32k at batch 1, 8 and at max batch under 48 GB
+#   (llama3_32k.log)
 #   BUILD_DIR  default $SPECPIPE_BUILD_DIR or build-cuda
 #   LIB_DIR    extra shared libraries (e.g. CAF), prepended to LD_LIBRARY_PATH;
 #              default $SPECPIPE_LIB_DIR
@@ -42,7 +43,7 @@ export SPECPIPE_BINARY_DIR
 sp="$build/apps/specpipe"
 phase="${SPECPIPE_GPU_CHECK:-all}"
 status=0
-if [ "$phase" != bench ] && [ "$phase" != switches ]; then
+if [ "$phase" = tests ] || [ "$phase" = all ]; then
 # 1. GPU tests: kernels (bf16 and packed attention v1/v2, quantize-and-pack,
 #    top-k, ...), the whole-model checks (cuda_forward against the
 #    reference, cpu_forward, the default model, the transformers fixtures,
@@ -90,8 +91,25 @@ run_bench() {  # name, args... (LOG=file appends there instead of NAME.log)
     status=1
   }
 }
+# The opt-in switches against their defaults, in two calls' worth each:
+# switches (the kernels bench, QuantSpec's draft: GEMV v7/v9 x register
+# budget 3/4, and its own 4-bit lm_head) and switches-llama3 (llama3-8b at
+# 32k, batch 1 and 8 and the max batch under 48 GB, budget 3/4).
 if [ "$phase" = switches ]; then
 run_bench kernels --kernels --repeats 30 --warmup 5
+: > "$out/quantspec.log"
+qs_args=(--preset llama2-7b --device cuda --kv quantspec --gamma 4 --batch 1 --context 8192,32768,131072
+  --tokens 32 --acceptance 0.93)
+for v in 7 9; do
+  for pb in 0 4; do
+    echo "== --draft-gemv $v --packed-blocks $pb" >> "$out/quantspec.log"
+    LOG=quantspec.log run_bench "quantspec_v${v}_pb$pb" "${qs_args[@]}" --draft-gemv "$v" --packed-blocks "$pb"
+  done
+done
+echo "== --draft-gemv 9 --packed-blocks 4 --draft-lm-head" >> "$out/quantspec.log"
+LOG=quantspec.log run_bench quantspec_v9_pb4_head "${qs_args[@]}" --draft-gemv 9 --packed-blocks 4 --draft-lm-head
+fi
+if [ "$phase" = switches-llama3 ]; then
 : > "$out/llama3_32k.log"
 for pb in 0 4; do
   echo "== --packed-blocks $pb" >> "$out/llama3_32k.log"
@@ -100,14 +118,6 @@ for pb in 0 4; do
   echo "== max batch, 48 GB, --packed-blocks $pb" >> "$out/llama3_32k.log"
   LOG=llama3_32k.log run_bench "llama3_32k_max_pb$pb" --preset llama3-8b --device cuda --context 32768 \
     --gpu-memory 48 --max-batch --prefill-tokens 0 --repeats 10 --warmup 2 --kv kivi:1,specache --packed-blocks "$pb"
-done
-: > "$out/quantspec.log"
-for v in 7 9; do
-  for pb in 0 4; do
-    echo "== --draft-gemv $v --packed-blocks $pb" >> "$out/quantspec.log"
-    LOG=quantspec.log run_bench "quantspec_v${v}_pb$pb" --preset llama2-7b --device cuda --kv quantspec --gamma 4 \
-      --batch 1 --context 8192,32768,131072 --tokens 32 --acceptance 0.93 --draft-gemv "$v" --packed-blocks "$pb"
-  done
 done
 fi
 
@@ -155,8 +165,10 @@ echo "---- tests: $tests_summary"
 grep -hE '^(\[  FAILED  \])|Failure|Expected|actual|Which is' "$out/tests.log" | head -24
 fi
 [ "$phase" = tests ] && exit $status
+if [ -f "$out/kernels.log" ]; then
 echo "---- measured copy bandwidth"
 grep -h '^measured' "$out/kernels.log" | head -1
+if [ "$phase" != switches ]; then
 echo "---- decode attention, 64k, 32/8 heads, d=128 (ms, % of the bytes floor, vs bf16; notes: kernel format bits)"
 # columns of print_table: kind batch context median spread tokens/s floor floor% peak note
 awk '$1 == "attention" || $1 == "qattn" {
@@ -183,6 +195,8 @@ awk -v step_log="$out/llama3_32k.log" '
       printf "quantize on append, hier G=128: %.4f ms per step", h
       if (hier_step > 0) printf " = %.2f%% of the hier INT8 b8 32k step (%s ms)", 100 * h / hier_step, hier_step
       printf "\n" } }' "$out/kernels.log"
+fi
+fi
 echo "---- decode step, llama3-8b shape (ms, tok/s, % of floor; mode and KV memory in the note)"
 for b in llama3_32k llama3_128k; do
   [ -f "$out/$b.log" ] || continue
@@ -193,6 +207,7 @@ for b in llama3_32k llama3_128k; do
     sed -E 's/, (CUDA graph|eager launches), .*//' | cut -c1-170
   grep -E 'bench .* failed' "$out/$b.log"
 done
+if [ -f "$out/kernels.log" ]; then
 grep -hE 'bench .* failed' "$out/kernels.log"
 echo "---- packed attention v4, 128-register budget (4 blocks/SM) against the default"
 awk '($1 == "attention" || $1 == "qattn") && / v4(-128reg|-specache)? / {
@@ -200,7 +215,10 @@ awk '($1 == "attention" || $1 == "qattn") && / v4(-128reg|-specache)? / {
        printf "b%-2s %8s ms %7s%s\n", $2, $4, $8, note }' "$out/kernels.log" | cut -c1-170
 echo "---- 4-bit GEMV, m = 1 (TB/s of packed bytes), v7 against v9"
 awk '$1 == "gemv" && $2 == 1 && / int4 gemv v(7|9) / { sub(/.*int4 gemv /, ""); print }' "$out/kernels.log"
+fi
+if [ -f "$out/quantspec.log" ]; then
 echo "---- QuantSpec, llama2-7b, batch 1, gamma 4 (draft ms, c, speedup at 93%)"
-grep -hE '^== |^draft |at acceptance' "$out/quantspec.log" | sed -E 's/note: context ([0-9]+), batch 1: at acceptance 93% a round of 4 drafts yields/\1:/' |
-  cut -c1-150
+grep -hE '^== |^draft |at acceptance|bench .* failed' "$out/quantspec.log" |
+  sed -E 's/note: context ([0-9]+), batch 1: at acceptance 93% a round of 4 drafts yields/\1:/' | cut -c1-150
+fi
 exit $status
