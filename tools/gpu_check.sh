@@ -13,7 +13,8 @@
 #   SPECPIPE_GPU_CHECK=tests|bench|switches|switches-llama3|all (default
 #   all): only the tests and generate, or only the benchmarks (so a GPU
 #   shared with other work runs the tests, and the timings get the card to
-#   themselves); switches: the kernels bench, then QuantSpec's draft with
+#   themselves); switches: the kernels bench (and its GEMV versions), then
+#   QuantSpec's draft with
 #   --draft-gemv 7/9 x --packed-blocks 0/4 and with --draft-lm-head
 #   (kernels.log, quantspec.log); switches-llama3: --packed-blocks 0/4 on
 #   llama3-8b 32k at batch 1, 8 and at max batch under 48 GB
@@ -97,6 +98,8 @@ run_bench() {  # name, args... (LOG=file appends there instead of NAME.log)
 # 32k, batch 1 and 8 and the max batch under 48 GB, budget 3/4).
 if [ "$phase" = switches ]; then
 run_bench kernels --kernels --repeats 30 --warmup 5
+# The GEMV versions (v7 and v9 among them) run only with --gemv-only.
+LOG=kernels.log run_bench kernels_gemv --kernels --gemv-only --repeats 30 --warmup 5
 : > "$out/quantspec.log"
 qs_args=(--preset llama2-7b --device cuda --kv quantspec --gamma 4 --batch 1 --context 8192,32768,131072
   --tokens 32 --acceptance 0.93)
@@ -124,8 +127,10 @@ fi
 if [ "$phase" = bench ] || [ "$phase" = all ]; then
 # 3. Kernels alone: decode attention bf16 / packed v1 / packed v2 per format
 #    at 64k, batch 8, 32/8 heads (v2: stages, batch 1, mixed rows, scores,
-#    top-k, quantize-on-append), the GEMVs, the gathers.
+#    top-k, quantize-on-append), the GEMVs, the gathers; then every 4-bit
+#    GEMV version (only with --gemv-only).
 run_bench kernels --kernels --repeats 30 --warmup 5
+LOG=kernels.log run_bench kernels_gemv --kernels --gemv-only --repeats 30 --warmup 5
 # 4. llama3-8b shape (random weights): prefill 2048, then decode at 32k for
 #    batch 1 and 8 over every cache mode; then 128k at batch 1.
 run_bench llama3_32k --preset llama3-8b --device cuda --batch 1,8 --context 32768 --repeats 20 --warmup 3 \

@@ -20,6 +20,9 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/int4_gemv.hpp"
+#include "kernels/int4_linear.hpp"
+#include "kernels/int4_tiled.hpp"
 #include "memory/allocator.hpp"
 #include "model/cuda_forward.hpp"
 #include "model/cuda_quantspec.hpp"
@@ -39,6 +42,23 @@ namespace {
 using test::rel_error;
 
 class cuda_quantspec_test : public test::gpu_test {};
+
+// Device bytes of a draft in `layout`, from the layouts' own size rules:
+// rows are draft_bytes()'s; tiles pad rows to 16 and inputs to 128 (this
+// file's intermediate size, 704, is not a multiple of 128).
+std::size_t expected_draft_bytes(const model_config& c, kernels::cuda::int4_layout layout, bool lm_head) {
+  if (layout == kernels::cuda::int4_layout::rows) return draft_bytes(c, draft_options{128, lm_head});
+  const std::int64_t h = c.hidden_size, inter = c.intermediate_size, g = 128;
+  const std::int64_t shapes[][2] = {{c.q_dim() + 2 * c.kv_dim(), h}, {h, c.q_dim()}, {2 * inter, h}, {h, inter}};
+  auto tiled = [&](std::int64_t out, std::int64_t in) {
+    return std::size_t(kernels::cpu::int4_tiled_code_bytes(out, in) +
+                       2 * kernels::cpu::int4_tiled_scale_zero_size(out, in, g));
+  };
+  std::size_t b = 0;
+  for (const auto& [out, in] : shapes) b += tiled(out, in);
+  b *= std::size_t(c.num_hidden_layers);
+  return lm_head ? b + tiled(c.vocab_size, h) : b;
+}
 
 // GQA 4 (two verify rows per attention block) or MHA (up to eight).
 model_config small_config(int heads, int kv_heads) {
@@ -139,7 +159,10 @@ TEST_F(cuda_quantspec_test, draft_forward_matches_the_cpu_draft) {
   EXPECT_FALSE(gm.has_draft());
   gm.make_draft(128);
   EXPECT_TRUE(gm.has_draft());
-  EXPECT_EQ(gm.draft_bytes(), draft_bytes(c, draft_options{}));
+  EXPECT_EQ(gm.draft_bytes(), expected_draft_bytes(c, gm.draft_layout(), false));
+  cuda_model rows(c, w.w);  // the row layout takes exactly the CPU draft's bytes
+  rows.make_draft(128, kernels::cuda::int4_layout::rows);
+  EXPECT_EQ(rows.draft_bytes(), draft_bytes(c, draft_options{}));
   EXPECT_THROW(gm.make_draft(128), std::logic_error);
 
   cpu_forward cpu(c, w.w, 2);
@@ -193,7 +216,8 @@ TEST_F(cuda_quantspec_test, a_draft_with_its_own_lm_head_matches_the_cpu_draft) 
     shared.make_draft(128);
     EXPECT_TRUE(gm.draft_lm_head());
     EXPECT_FALSE(shared.draft_lm_head());
-    EXPECT_EQ(gm.draft_bytes(), draft_bytes(c, dopts));
+    EXPECT_EQ(gm.draft_bytes(), expected_draft_bytes(c, gm.draft_layout(), true));
+    // lm_head's shape (320 x 256) is whole tiles: it adds the CPU's bytes.
     EXPECT_EQ(gm.draft_bytes() - shared.draft_bytes(), draft_bytes(c, dopts) - draft_bytes(c, draft_options{}));
 
     cpu_forward cpu(c, w.w, 2);
