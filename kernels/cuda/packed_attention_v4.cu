@@ -13,12 +13,12 @@
 namespace specpipe::kernels::cuda::v4 {
 namespace {
 
-using device::chunk_tokens;
 using device::D;
 using device::fixed_bytes;
 using device::launch_shape;
 using device::packed_attention_v4_kernel;
 using device::rep_warp_words;
+using device::stage_layout_of;
 using device::threads;
 using device::warps;
 
@@ -58,8 +58,6 @@ kernel_fn pick(int bits, bool lower, int ng, bool side, int blocks) {
 
 void fail(const std::string& what) { throw std::invalid_argument("packed_attention (lane order): " + what); }
 
-int round16(int x) { return (x + 15) / 16 * 16; }
-
 kernel_fn prepare(const packed_attention_args& a, launch_shape& sh) {
   const int gq = detail::check_packed_attention_args(a);
   const packed_cache_view& c = a.cache;
@@ -71,25 +69,9 @@ kernel_fn prepare(const packed_attention_args& a, launch_shape& sh) {
   sh.log2_group = c.group == 32 ? 5 : c.group == 64 ? 6 : 7;
   sh.stages = a.stages;
   const int ng = c.value_groups();
-  const int rowb = lane_order::key_row_bytes(c.bits);
-  int off = chunk_tokens * rowb;  // keys at 0
-  sh.off_kl = off;
-  if (lower) off += chunk_tokens * 64;
-  sh.off_vc = off;
-  off += chunk_tokens * rowb;
-  sh.off_vl = off;
-  if (lower) off += chunk_tokens * 64;
-  sh.off_vs = off;
-  off += round16(chunk_tokens * ng * 2);
-  sh.off_vz = off;
-  off += round16(chunk_tokens * ng * 2);
-  sh.off_ks = off;
-  off += D * 2;
-  sh.off_kz = off;
-  off += D * 2;
-  sh.stage_bytes = off;
-  sh.warp_bytes = std::max(sh.stages * sh.stage_bytes, 8 * D * 4);  // the stages, then the warp's rows
-  off = fixed_bytes;
+  const int stage_bytes = stage_layout_of(c.bits, lower, ng).bytes;
+  sh.warp_bytes = std::max(sh.stages * stage_bytes, 8 * D * 4);  // the stages, then the warp's rows
+  int off = fixed_bytes;
   if (a.rows.positions) {
     sh.off_qf = off;
     off += 8 * D * 4;

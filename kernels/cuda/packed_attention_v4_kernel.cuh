@@ -62,18 +62,48 @@ constexpr int chunk_tokens = 32;
 constexpr int tile_tokens = 128;  // the split rule's unit (packed_attention_tiles)
 constexpr float log2e = 1.4426950408889634f;
 
-using detail::cp_async16;
 using detail::cp_async_commit;
 using detail::cp_async_wait_dyn;
 using packed_mma::mma16816;
 using namespace lane_mma;
 
+// A stage's bytes (offsets from its start): the key codes [32][row bytes],
+// their lower plane [32][64] (INT8 reads only), the value blocks, their lower
+// plane, the value scales and zeros [32][groups] f16, then the key group's
+// scales and zeros [128] f16. The template arguments fix them, so the kernel's
+// offsets are immediates; the launch sizes shared memory with the same rule.
+struct stage_layout {
+  int kl, vc, vl, vs, vz, ks, kz, bytes;
+};
+__host__ __device__ constexpr stage_layout stage_layout_of(int bits, bool lower, int value_groups) {
+  const int codes = chunk_tokens * lane_order::key_row_bytes(bits), plane = lower ? chunk_tokens * 64 : 0;
+  const int scales = (chunk_tokens * value_groups * 2 + 15) / 16 * 16;
+  stage_layout l{};
+  l.kl = codes;
+  l.vc = l.kl + plane;
+  l.vl = l.vc + codes;
+  l.vs = l.vl + plane;
+  l.vz = l.vs + scales;
+  l.ks = l.vz + scales;
+  l.kz = l.ks + D * 2;
+  l.bytes = l.kz + D * 2;
+  return l;
+}
+
+// Copies BYTES (a multiple of 16) into shared memory, one 16-byte piece per
+// lane and 512 bytes: dst and src already point at this lane's first piece.
+template <int BYTES>
+__device__ __forceinline__ void copy_lane_pieces(unsigned dst, const unsigned char* src, int lane) {
+#pragma unroll
+  for (int i = 0; i < BYTES; i += 32 * 16)
+    if (BYTES - i >= 32 * 16 || lane * 16 < BYTES - i) detail::cp_async16_shared(dst + i, src + i);
+}
+
 struct launch_shape {
   int gq = 4;
   int log2_group = 6;
   int stages = 3;
-  int stage_bytes = 0, warp_bytes = 0;
-  int off_kl = 0, off_vc = 0, off_vl = 0, off_vs = 0, off_vz = 0, off_ks = 0, off_kz = 0;  // within a stage
+  int warp_bytes = 0;  // the warp's stages (stage_layout_of(...).bytes each), or its rows at the end
   int off_warps = 0, smem = 0;  // q16 [8][128] f16 at 0, ml [warps][8][2] f32 after it
   // Replaced rows only: q in f32 [8][128] and per warp [32] positions, [32]
   // row indices and [32][8] exact scores (0: none); their value rows go
@@ -102,6 +132,7 @@ __global__ void __launch_bounds__(threads, MINB) packed_attention_v4_kernel(pack
   constexpr int ROWB = lane_order::key_row_bytes(B);  // bytes per token of a plane (keys; values in blocks)
   constexpr int VG = D / NG;                          // channels per value group
   constexpr int MT_PER_G = VG / 16;                   // m-tiles of 16 channels per value group
+  constexpr stage_layout L = stage_layout_of(B, LOWER, NG);
   extern __shared__ __align__(16) unsigned char smem[];
   detail::grid_dependency_wait();
 
@@ -180,6 +211,18 @@ __global__ void __launch_bounds__(threads, MINB) packed_attention_v4_kernel(pack
 
   unsigned char* region = smem + sh.off_warps + warp * sh.warp_bytes;
   const int S = sh.stages;
+  // This lane's 16-byte piece of every copy: its source pointers and its
+  // shared address in stage 0 (32 bits), formed once, so that a chunk's
+  // copies cost an address multiply-add each.
+  const unsigned region_lane = static_cast<unsigned>(__cvta_generic_to_shared(region)) + lane * 16;
+  auto lane_bytes = [&](const void* p) { return static_cast<const unsigned char*>(p) + lane * 16; };
+  const unsigned char *kc_l = lane_bytes(kc_g), *vc_l = lane_bytes(vc_g), *kl_l = nullptr, *vl_l = nullptr;
+  if constexpr (LOWER) {
+    kl_l = lane_bytes(kl_g);
+    vl_l = lane_bytes(vl_g);
+  }
+  const unsigned char *vs_l = lane_bytes(vs_g), *vz_l = lane_bytes(vz_g);
+  const unsigned char *ks_l = lane_bytes(ks_g), *kz_l = lane_bytes(kz_g);
   // The warp's tiles: first + warp + 4 i, each four chunks of 32 positions
   // (chunk k: tile i = k / 4, chunk k % 4). The packed tiles come first.
   const int my_tiles = max((last - first - warp + warps - 1) / warps, 0);
@@ -192,24 +235,20 @@ __global__ void __launch_bounds__(threads, MINB) packed_attention_v4_kernel(pack
     if (k >= nkp) return;
     const int p0 = chunk_tile(k) * tile_tokens + (k & 3) * chunk_tokens;
     if (p0 >= nq) return;
-    unsigned char* st = region + load_stage * sh.stage_bytes;
-    auto copy = [&](unsigned char* dst, const void* src, int bytes) {
-      const unsigned char* s8 = static_cast<const unsigned char*>(src);
-      for (int i = lane * 16; i < bytes; i += 32 * 16) cp_async16(dst + i, s8 + i);
-    };
-    copy(st, kc_g + std::int64_t(p0) * ROWB, chunk_tokens * ROWB);
-    copy(st + sh.off_vc, vc_g + std::int64_t(p0) * ROWB, chunk_tokens * ROWB);
+    const unsigned st = region_lane + load_stage * L.bytes;
+    copy_lane_pieces<chunk_tokens * ROWB>(st, kc_l + std::int64_t(p0) * ROWB, lane);
+    copy_lane_pieces<chunk_tokens * ROWB>(st + L.vc, vc_l + std::int64_t(p0) * ROWB, lane);
     if constexpr (LOWER) {
-      copy(st + sh.off_kl, kl_g + std::int64_t(p0) * 64, chunk_tokens * 64);
-      copy(st + sh.off_vl, vl_g + std::int64_t(p0) * 64, chunk_tokens * 64);
+      copy_lane_pieces<chunk_tokens * 64>(st + L.kl, kl_l + std::int64_t(p0) * 64, lane);
+      copy_lane_pieces<chunk_tokens * 64>(st + L.vl, vl_l + std::int64_t(p0) * 64, lane);
     }
-    copy(st + sh.off_vs, vs_g + std::int64_t(p0) * NG, chunk_tokens * NG * 2);
-    copy(st + sh.off_vz, vz_g + std::int64_t(p0) * NG, chunk_tokens * NG * 2);
+    copy_lane_pieces<chunk_tokens * NG * 2>(st + L.vs, vs_l + std::int64_t(p0) * (NG * 2), lane);
+    copy_lane_pieces<chunk_tokens * NG * 2>(st + L.vz, vz_l + std::int64_t(p0) * (NG * 2), lane);
     const int grp = p0 >> sh.log2_group;
     if (grp != load_group) {
       load_group = grp;
-      copy(st + sh.off_ks, ks_g + std::int64_t(grp) * D, D * 2);
-      copy(st + sh.off_kz, kz_g + std::int64_t(grp) * D, D * 2);
+      copy_lane_pieces<D * 2>(st + L.ks, ks_l + std::int64_t(grp) * (D * 2), lane);
+      copy_lane_pieces<D * 2>(st + L.kz, kz_l + std::int64_t(grp) * (D * 2), lane);
     }
   };
   for (int i = 0; i < S - 1; ++i) {
@@ -317,14 +356,14 @@ __global__ void __launch_bounds__(threads, MINB) packed_attention_v4_kernel(pack
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
       const float m_new = fmaxf(m_run[cc], mx);
       ms[cc] = m_new == -INFINITY ? 0.f : m_new;
-      corr[cc] = exp2f(m_run[cc] - ms[cc]);
+      corr[cc] = exp2_ftz(m_run[cc] - ms[cc]);
       m_run[cc] = m_new;
       float psum = 0.f;
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          p[mt][2 * h + cc] = exp2f(p[mt][2 * h + cc] - ms[cc]);
+          p[mt][2 * h + cc] = exp2_ftz(p[mt][2 * h + cc] - ms[cc]);
           psum += p[mt][2 * h + cc];
         }
       l_run[cc] = l_run[cc] * corr[cc] + psum;
@@ -341,7 +380,7 @@ __global__ void __launch_bounds__(threads, MINB) packed_attention_v4_kernel(pack
     load_chunk(k + S - 1);
     cp_async_commit();
     load_stage = load_stage + 1 == S ? 0 : load_stage + 1;
-    const unsigned char* st = region + read_stage * sh.stage_bytes;
+    const unsigned char* st = region + read_stage * L.bytes;
     read_stage = read_stage + 1 == S ? 0 : read_stage + 1;
     const int p0 = chunk_tile(k) * tile_tokens + (k & 3) * chunk_tokens;
     if (p0 >= nq) continue;
@@ -349,8 +388,8 @@ __global__ void __launch_bounds__(threads, MINB) packed_attention_v4_kernel(pack
     const int grp = p0 >> sh.log2_group;
     if (grp != cur_group) {
       cur_group = grp;
-      const unsigned char* ks = st + sh.off_ks;
-      const unsigned char* kz = st + sh.off_kz;
+      const unsigned char* ks = st + L.ks;
+      const unsigned char* kz = st + L.kz;
       float bacc[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
@@ -385,8 +424,8 @@ __global__ void __launch_bounds__(threads, MINB) packed_attention_v4_kernel(pack
       lds_words<B>(st + (16 * mt + 8 + g) * ROWB + t * 4 * B, khi);
       if constexpr (LOWER) {
         unsigned llo[4], lhi[4];
-        lds_words<4>(st + sh.off_kl + (16 * mt + g) * 64 + t * 16, llo);
-        lds_words<4>(st + sh.off_kl + (16 * mt + 8 + g) * 64 + t * 16, lhi);
+        lds_words<4>(st + L.kl + (16 * mt + g) * 64 + t * 16, llo);
+        lds_words<4>(st + L.kl + (16 * mt + 8 + g) * 64 + t * 16, lhi);
 #pragma unroll
         for (int j = 0; j < 8; ++j)
           mma16816(p[mt], code_pair8(klo, llo, 2 * j), code_pair8(khi, lhi, 2 * j), code_pair8(klo, llo, 2 * j + 1),
@@ -406,8 +445,8 @@ __global__ void __launch_bounds__(threads, MINB) packed_attention_v4_kernel(pack
     for (int mt = 0; mt < 2; ++mt) {
       const unsigned pb0 = transpose8x8(pack_f16(p[mt][0], p[mt][1]));
       const unsigned pb1 = transpose8x8(pack_f16(p[mt][2], p[mt][3]));
-      const std::uint16_t* vs = reinterpret_cast<const std::uint16_t*>(st + sh.off_vs);
-      const std::uint16_t* vz = reinterpret_cast<const std::uint16_t*>(st + sh.off_vz);
+      const std::uint16_t* vs = reinterpret_cast<const std::uint16_t*>(st + L.vs);
+      const std::uint16_t* vz = reinterpret_cast<const std::uint16_t*>(st + L.vz);
       const int t0 = mt * 16 + 2 * t, t1 = t0 + 8;  // positions of b0 (and + 1), of b1 (and + 1)
       unsigned pp0[NG], pp1[NG], sa[NG], sb[NG], za[NG], zb[NG];
       token_pairs<NG>(vs + t0 * NG, sa);
@@ -429,10 +468,10 @@ __global__ void __launch_bounds__(threads, MINB) packed_attention_v4_kernel(pack
         pp1[cg] = hmul2_raw(pb1, s1);
       }
       unsigned vw[2 * B];
-      lds_words<2 * B>(st + sh.off_vc + mt * lane_order::value_block_bytes(B) + lane * 8 * B, vw);
+      lds_words<2 * B>(st + L.vc + mt * lane_order::value_block_bytes(B) + lane * 8 * B, vw);
       if constexpr (LOWER) {
         unsigned lw[8];
-        lds_words<8>(st + sh.off_vl + mt * lane_order::value_block_bytes(4) + lane * 32, lw);
+        lds_words<8>(st + L.vl + mt * lane_order::value_block_bytes(4) + lane * 32, lw);
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
           const int cg = j / MT_PER_G;
@@ -587,14 +626,14 @@ __global__ void __launch_bounds__(threads, MINB) packed_attention_v4_kernel(pack
           for (int u = 0; u < nb; ++u) mx = fmaxf(mx, reps_s[u * 8 + 2 * t + cc]);
           const float m_new = fmaxf(m_run[cc], mx);
           ms[cc] = m_new == -INFINITY ? 0.f : m_new;
-          corr[cc] = exp2f(m_run[cc] - ms[cc]);
+          corr[cc] = exp2_ftz(m_run[cc] - ms[cc]);
           m_run[cc] = m_new;
           l_run[cc] *= corr[cc];
         }
         rescale(corr);
         for (int u = 0; u < nb; ++u) {
           const float s0 = reps_s[u * 8 + 2 * t], s1 = reps_s[u * 8 + 2 * t + 1];
-          const float pr0 = exp2f(s0 - ms[0]), pr1 = exp2f(s1 - ms[1]);
+          const float pr0 = exp2_ftz(s0 - ms[0]), pr1 = exp2_ftz(s1 - ms[1]);
           if (g == 0) {  // one lane per column: its raw scores and its share of the sum
             const int pos = rep_s[i0 + u];
             l_run[0] += pr0;

@@ -48,6 +48,16 @@ __device__ __forceinline__ unsigned transpose8x8(unsigned x) {
   return y;
 }
 
+// 2^x by MUFU.EX2 alone, results below 2^-126 flushed to zero, 2^-inf = 0.
+// exp2f adds a range fix-up for those results (a compare and two predicated
+// multiplies around each MUFU); a softmax weight that small rounds to zero
+// in the f16 P' anyway and is nothing beside the maximum's 1 in the f32 sum.
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // Constant powers of two for hmul2_raw (exact scaling but for subnormals).
 constexpr unsigned h2_sixteenth = h2(f16_pow2(-4));            // (1/16, 1/16)
 constexpr unsigned h2_minus_half = h2(f16_sign | f16_pow2(-1));  // (-0.5, -0.5)
