@@ -120,9 +120,15 @@ bench_report run_cache_bench(const bench_options& o, const std::vector<kv_mode>&
         if (forwards < 2 * b || decode_s <= 0) {
           std::error_code ec;
           std::filesystem::remove(trace, ec);
-          r.points.push_back({"decode", b, ctx, true,
-                              mode_name(mode) + ": the sequences never decoded at the same time (a prefill took "
-                                                "longer than another's whole decode): raise --repeats"});
+          // Two causes: no overlap of the sequences' decodes, or an overlap
+          // too short (each sequence's first token is not timed).
+          const std::string why =
+              decode_s <= 0 ? "the sequences never decoded at the same time (a prefill took longer than another's "
+                              "whole decode)"
+                            : std::to_string(forwards) + " token(s) decoded while every sequence decoded, " +
+                                  std::to_string(2 * b) +
+                                  " needed (2 a sequence; the first token of each is not timed)";
+          r.points.push_back({"decode", b, ctx, true, mode_name(mode) + ": " + why + ": raise --repeats"});
           continue;
         }
         bench_point pt;

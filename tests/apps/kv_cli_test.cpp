@@ -1,5 +1,5 @@
 // The quantized KV caches through the real binary: `generate --kv ...` on the
-// default model and `bench --memory-only`.
+// default model, `bench --memory-only` and the CPU decode bench's skipped points.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -66,6 +66,24 @@ TEST(KvCli, MemoryOnlyBenchReportsSpeCacheAtAboutATenthOfFp16) {
   EXPECT_NE(line.find(" 398.50 "), std::string::npos) << line;   // MiB per sequence
   EXPECT_NE(line.find("0.0973x"), std::string::npos) << line;
   EXPECT_NE(r.out.find("full (fp16)"), std::string::npos);
+}
+
+TEST(KvCli, CpuDecodeBenchSaysWhyAPointWasSkipped) {
+  // Several modes go through the actor pipeline's bench. Two tokens a
+  // sequence: the first is not timed, so one step is left, and the point is
+  // skipped with the count (not the message for sequences whose decodes
+  // never overlapped).
+  const auto r = run_specpipe("bench --device cpu --preset tiny --kv full,kivi:2 --context 64 --batch 1 --repeats 2 "
+                              "--warmup 0");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("skipped: full: 1 token(s) decoded while every sequence decoded, 2 needed"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("never decoded at the same time"), std::string::npos) << r.out;
+  const auto ok = run_specpipe("bench --device cpu --preset tiny --kv full,kivi:2 --context 64 --batch 1 --repeats 3 "
+                               "--warmup 0");
+  ASSERT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_EQ(ok.out.find("skipped"), std::string::npos) << ok.out;
 }
 
 }  // namespace
