@@ -6,14 +6,13 @@
 
 namespace specpipe::kernels::cuda::detail {
 
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
-}
-// The same with the shared-memory address already converted (a kernel that
-// keeps its stage addresses in 32 bits instead of converting per copy).
+// With the shared-memory address already converted (a kernel that keeps its
+// stage addresses in 32 bits instead of converting per copy).
 __device__ __forceinline__ void cp_async16_shared(unsigned smem, const void* gmem) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  cp_async16_shared(static_cast<unsigned>(__cvta_generic_to_shared(smem)), gmem);
 }
 // valid false: the 16 bytes are zero-filled and global memory is not read.
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {

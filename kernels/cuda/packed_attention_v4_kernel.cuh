@@ -212,8 +212,9 @@ __global__ void __launch_bounds__(threads, MINB) packed_attention_v4_kernel(pack
   unsigned char* region = smem + sh.off_warps + warp * sh.warp_bytes;
   const int S = sh.stages;
   // This lane's 16-byte piece of every copy: its source pointers and its
-  // shared address in stage 0 (32 bits), formed once, so that a chunk's
-  // copies cost an address multiply-add each.
+  // shared address in stage 0 (32 bits). The shared address stays in a
+  // register; ptxas, short of registers, still rebuilds the source pointers
+  // per chunk from the run's (NOTES.md, Stop 25).
   const unsigned region_lane = static_cast<unsigned>(__cvta_generic_to_shared(region)) + lane * 16;
   auto lane_bytes = [&](const void* p) { return static_cast<const unsigned char*>(p) + lane * 16; };
   const unsigned char *kc_l = lane_bytes(kc_g), *vc_l = lane_bytes(vc_g), *kl_l = nullptr, *vl_l = nullptr;
