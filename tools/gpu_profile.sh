@@ -45,6 +45,19 @@ metrics+=",sass__inst_executed_per_opcode,sm__cycles_elapsed.avg.per_second"
 sections=(--section SpeedOfLight --section ComputeWorkloadAnalysis --section InstructionStats
   --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats)
 
+# A template argument as ncu's demangler may print it: "1" or "(int)1",
+# "false" or "(bool)0" (ncu casts non-type arguments; c++filt does not).
+targ() {  # type, value
+  local v=$2
+  if [ "$1" = bool ]; then
+    local word=false
+    [ "$v" = 1 ] && word=true
+    echo "(\\(bool\\)$v|$word)"
+  else
+    echo "(\\($1\\))?$v"
+  fi
+}
+
 status=0
 profile() {  # name, kernel regex, launches, bench args...
   local name=$1 regex=$2 count=$3 log="$out/profile_$1.log" rc
@@ -66,6 +79,13 @@ profile() {  # name, kernel regex, launches, bench args...
     rc=$?
   fi
   [ $rc -eq 0 ] || { echo "gpu_profile: $name: ncu rc $rc (see $log)"; status=1; }
+  if grep -q 'No kernels were profiled' "$log"; then
+    # Say what ran instead: the launches ncu saw are not listed, but the
+    # regex and the bench's own errors are.
+    echo "gpu_profile: $name: no launch matched regex:$regex"
+    grep -vE '^==PROF==' "$log" | grep -iE 'error|usage|not |fail' | head -5
+    status=1
+  fi
   return 0
 }
 
@@ -73,14 +93,14 @@ if [ "$what" = attention ] || [ "$what" = all ]; then
   # The default register budget (3 blocks per SM), two value groups (G = 64):
   # the first launches are the 64k, batch-8 rows at each stage count.
   for b in 1 2 4; do
-    profile "v4_${b}bit" "packed_attention_v4_kernel<$b, false, 2, false, 3>" 3 \
+    profile "v4_${b}bit" "packed_attention_v4_kernel<$(targ int $b), $(targ bool 0), $(targ int 2), $(targ bool 0), $(targ int 3)>" 3 \
       --kernels --attention-only --repeats 1 --warmup 0 || break
   done
 fi
 if [ "$what" = gemv ] || [ "$what" = all ]; then
   # v7 with bf16 output and a scale pair per chunk: every llama shape's
   # default (m = 1 first).
-  profile gemv_v7 "int4_gemv_tiled_kernel<false, " 8 --kernels --gemv-only --repeats 1 --warmup 0
+  profile gemv_v7 "int4_gemv_tiled_kernel<$(targ bool 0), " 8 --kernels --gemv-only --repeats 1 --warmup 0
 fi
 
 # The table: per launch, its grid, duration, issue rate, warps, the top
