@@ -45,14 +45,15 @@ metrics+=",sass__inst_executed_per_opcode,sm__cycles_elapsed.avg.per_second"
 sections=(--section SpeedOfLight --section ComputeWorkloadAnalysis --section InstructionStats
   --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats)
 
-# A template argument as ncu's demangler may print it: "1" or "(int)1",
-# "false" or "(bool)0" (ncu casts non-type arguments; c++filt does not).
+# A template argument as ncu may print it: "1" or "(int)1", "false",
+# "(bool)0" or "0" (ncu casts non-type arguments of kernels in a named
+# namespace, and prints those of an anonymous namespace's kernels bare).
 targ() {  # type, value
   local v=$2
   if [ "$1" = bool ]; then
     local word=false
     [ "$v" = 1 ] && word=true
-    echo "(\\(bool\\)$v|$word)"
+    echo "(\\(bool\\))?($v|$word)"
   else
     echo "(\\($1\\))?$v"
   fi

@@ -1,5 +1,5 @@
-// Quantize-and-pack on the GPU (see quantize.hpp): one block per (group,
-// KV head, entry). Keys: a thread per channel finds the channel's min and
+// Quantize-and-pack on the GPU (see quantize.hpp): two blocks per (group,
+// KV head, entry), one for the keys and one for the values. Keys: a thread per channel finds the channel's min and
 // max over the group's G tokens and writes that channel's G-code stream;
 // values: a thread per (token, value group) does the same along the row.
 // Arithmetic mirrors kernels/cpu/quantize.cpp operation by operation (no
@@ -18,7 +18,7 @@
 namespace specpipe::kernels::cuda {
 namespace {
 
-constexpr int threads = 128;
+constexpr int threads = 256;  // 8 warps: the byte loops are chains of f32 divisions
 
 __device__ __forceinline__ float bf(const std::uint16_t* p) { return __bfloat162float(__ushort_as_bfloat16(*p)); }
 using detail::h2f;
@@ -85,80 +85,144 @@ struct bit_writer {
   }
 };
 
-// One group in lane order (packed_lane_order.hpp; head_dim 128): the same
-// scales, zeros and codes as the CPU order, placed where the v4 attention's
-// lanes read them. The parameters first (a thread per key channel, then per
-// (token, value group)), then a thread per output byte assembles its 8 / b
-// codes, so that no two threads share a byte.
-__device__ void quantize_group_lane_order(const quantize_args& a, int slot, int h, int q, std::int64_t src_base) {
+// The lane-order path (packed_lane_order.hpp; head_dim 128) reads a group's
+// G source rows of one tensor once, into shared memory, and works there. A
+// row's place in the source ring is an int64 remainder: the first version
+// took one per code read straight from global memory (two-byte loads, two
+// to four per byte written), ~200 us a layer for one group of 32 heads.
+constexpr int max_group = 128;                       // G <= 128 (check_shape)
+constexpr int row_pitch = lane_order::head_dim + 8;  // elements: rows 16-byte aligned, a column's rows on 8 banks
+
+struct lane_scratch {
+  std::uint16_t rows[max_group * row_pitch];  // the group's rows of K or of V, bf16
+  std::int64_t offset[max_group];             // row t's element offset in the source
+  float scale[lane_order::head_dim], zero[lane_order::head_dim];  // per key channel or per (token, value group)
+};
+
+// Rows p0 .. p0 + G - 1 of `base` (row_source addressing) into s.rows, 16
+// bytes at a time where the source allows it.
+__device__ void stage_rows(const std::uint16_t* base, const row_source& src, std::int64_t src_base, std::int64_t p0,
+                           int G, lane_scratch& s) {
+  constexpr int D = lane_order::head_dim;
+  for (int t = threadIdx.x; t < G; t += threads) s.offset[t] = src_base + ((p0 + t) % src.ring) * src.row_stride;
+  __syncthreads();
+  const bool vec = (reinterpret_cast<std::uintptr_t>(base) & 15) == 0 && src_base % 8 == 0 && src.row_stride % 8 == 0;
+  if (vec) {
+    for (int i = threadIdx.x; i < G * (D / 8); i += threads) {
+      const int t = i / (D / 8), j = i - t * (D / 8);
+      *reinterpret_cast<uint4*>(s.rows + t * row_pitch + 8 * j) =
+          *reinterpret_cast<const uint4*>(base + s.offset[t] + 8 * j);
+    }
+  } else {
+    for (int i = threadIdx.x; i < G * D; i += threads) {
+      const int t = i / D, c = i - t * D;
+      s.rows[t * row_pitch + c] = base[s.offset[t] + c];
+    }
+  }
+  __syncthreads();
+}
+
+__device__ __forceinline__ float bf_bits(unsigned b16) { return __uint_as_float(b16 << 16); }
+
+// One group's keys in lane order: the same scales, zeros and codes as the
+// CPU order, placed where the v4 attention's lanes read them. A thread per
+// channel finds its min and max over the G rows (in token order, as the
+// CPU), then a thread per output byte assembles its 8 / b codes, so that no
+// two threads share a byte.
+__device__ void quantize_keys_lane_order(const quantize_args& a, int slot, int h, int q, std::int64_t src_base,
+                                         lane_scratch& s) {
   namespace lo = lane_order;
   constexpr int D = lo::head_dim;
-  __shared__ float ks_s[D], kz_s[D], vs_s[D], vz_s[D];  // G * value groups = 128 for D = 128
   const int G = a.group, b = a.bits;
   const int levels = (1 << b) - 1;
   const bool lower = a.rule == quant_rule_gpu::hier;
   const std::int64_t p0 = std::int64_t(q) * G;
-  const row_source& src = a.src;
   const packed_dest& d = a.dst;
-  auto row = [&](const std::uint16_t* base, std::int64_t p) { return base + src_base + (p % src.ring) * src.row_stride; };
-  const int vg_size = G < D ? G : D, ngroups = D / vg_size;
+  stage_rows(a.src.k, a.src, src_base, p0, G, s);
 
   const std::int64_t ksc = std::int64_t(slot) * d.ks_slot + std::int64_t(h) * d.ks_head + std::int64_t(q) * d.ks_group;
   for (int c = threadIdx.x; c < D; c += threads) {
-    float lo_v = bf(row(src.k, p0) + c), hi_v = lo_v;
+    float lo_v = bf_bits(s.rows[c]), hi_v = lo_v;
     for (int t = 1; t < G; ++t) {
-      const float v = bf(row(src.k, p0 + t) + c);
+      const float v = bf_bits(s.rows[t * row_pitch + c]);
       lo_v = min_like_std(lo_v, v);
       hi_v = max_like_std(hi_v, v);
     }
     const group_params p = params_of(lo_v, hi_v, levels, a.rule);
     d.k_scale[ksc + c] = p.s_bits;
     d.k_zero[ksc + c] = p.z_bits;
-    ks_s[c] = p.s16;
-    kz_s[c] = p.z16;
-  }
-  for (int item = threadIdx.x; item < G * ngroups; item += threads) {
-    const int t = item / ngroups, vg = item - t * ngroups;
-    const std::uint16_t* x = row(src.v, p0 + t) + vg * vg_size;
-    float lo_v = bf(x), hi_v = lo_v;
-    for (int i = 1; i < vg_size; ++i) {
-      const float v = bf(x + i);
-      lo_v = min_like_std(lo_v, v);
-      hi_v = max_like_std(hi_v, v);
-    }
-    const group_params p = params_of(lo_v, hi_v, levels, a.rule);
-    const std::int64_t vs = std::int64_t(slot) * d.vs_slot + std::int64_t(h) * d.vs_head + (p0 + t) * d.vs_token + vg;
-    d.v_scale[vs] = p.s_bits;
-    d.v_zero[vs] = p.z_bits;
-    vs_s[item] = p.s16;
-    vz_s[item] = p.z16;
+    s.scale[c] = p.s16;
+    s.zero[c] = p.z16;
   }
   __syncthreads();
 
+  // G rows of 16 b bytes.
   const int per_byte = 8 / b;
-  group_params kp, vp;
-  // Keys: G rows of 16 b bytes.
   const std::int64_t kblock = std::int64_t(slot) * d.k_slot + std::int64_t(h) * d.k_head + std::int64_t(q) * d.k_group;
   const int rowb = lo::key_row_bytes(b);
+  group_params kp;
   for (int y = threadIdx.x; y < G * rowb; y += threads) {
     const int tau = y / rowb, yb = y - tau * rowb;
-    const std::uint16_t* x = row(src.k, p0 + tau);
+    const std::uint16_t* x = s.rows + tau * row_pitch;
     unsigned bu = 0, bl = 0;
     for (int k = 0; k < per_byte; ++k) {
       const int c = lo::key_channel_at(yb, k, b);
-      kp.s16 = ks_s[c];
-      kp.z16 = kz_s[c];
+      kp.s16 = s.scale[c];
+      kp.z16 = s.zero[c];
       unsigned u, l;
-      codes_of(bf(x + c), kp, levels, lower, u, l);
+      codes_of(bf_bits(x[c]), kp, levels, lower, u, l);
       bu |= u << (k * b);
       bl |= l << (k * b);  // hier: b = 4, the lower plane in the upper's order
     }
     d.k_codes[kblock + y] = std::uint8_t(bu);
     if (lower) d.k_lower[kblock + y] = std::uint8_t(bl);
   }
-  // Values: G / 16 blocks of 256 b bytes.
+}
+
+// One group's values in lane order: a thread per (token, value group) finds
+// the min and max along its row (16 bytes of the row at a time, each in
+// channel order), then a thread per output byte as for the keys.
+__device__ void quantize_values_lane_order(const quantize_args& a, int slot, int h, int q, std::int64_t src_base,
+                                           lane_scratch& s) {
+  namespace lo = lane_order;
+  constexpr int D = lo::head_dim;
+  const int G = a.group, b = a.bits;
+  const int levels = (1 << b) - 1;
+  const bool lower = a.rule == quant_rule_gpu::hier;
+  const std::int64_t p0 = std::int64_t(q) * G;
+  const packed_dest& d = a.dst;
+  const int vg_size = G < D ? G : D, ngroups = D / vg_size;  // vg_size: a multiple of 16 (G >= 16)
+  stage_rows(a.src.v, a.src, src_base, p0, G, s);
+
+  for (int item = threadIdx.x; item < G * ngroups; item += threads) {
+    const int t = item / ngroups, vg = item - t * ngroups;
+    const std::uint16_t* x = s.rows + t * row_pitch + vg * vg_size;
+    float lo_v = bf_bits(x[0]), hi_v = lo_v;
+    for (int j = 0; j < vg_size; j += 8) {
+      const uint4 w = *reinterpret_cast<const uint4*>(x + j);
+      const unsigned ws[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        if (j + i == 0) continue;
+        const float v = bf_bits((ws[i / 2] >> (16 * (i % 2))) & 0xffffu);
+        lo_v = min_like_std(lo_v, v);
+        hi_v = max_like_std(hi_v, v);
+      }
+    }
+    const group_params p = params_of(lo_v, hi_v, levels, a.rule);
+    const std::int64_t vs = std::int64_t(slot) * d.vs_slot + std::int64_t(h) * d.vs_head + (p0 + t) * d.vs_token + vg;
+    d.v_scale[vs] = p.s_bits;
+    d.v_zero[vs] = p.z_bits;
+    s.scale[item] = p.s16;
+    s.zero[item] = p.z16;
+  }
+  __syncthreads();
+
+  // G / 16 blocks of 256 b bytes.
+  const int per_byte = 8 / b;
   const std::int64_t vrow0 = std::int64_t(slot) * d.v_slot + std::int64_t(h) * d.v_head + p0 * d.v_token;
   const int blockb = lo::value_block_bytes(b);
+  group_params vp;
   for (int y = threadIdx.x; y < (G / 16) * blockb; y += threads) {
     const int blk = y / blockb, yb = y - blk * blockb;
     unsigned bu = 0, bl = 0;
@@ -166,10 +230,10 @@ __device__ void quantize_group_lane_order(const quantize_args& a, int slot, int 
       const int at = lo::value_at(yb, k, b);
       const int tau = 16 * blk + at / D, c = at % D;
       const int item = tau * ngroups + c / vg_size;
-      vp.s16 = vs_s[item];
-      vp.z16 = vz_s[item];
+      vp.s16 = s.scale[item];
+      vp.z16 = s.zero[item];
       unsigned u, l;
-      codes_of(bf(row(src.v, p0 + tau) + c), vp, levels, lower, u, l);
+      codes_of(bf_bits(s.rows[tau * row_pitch + c]), vp, levels, lower, u, l);
       bu |= u << (k * b);
       bl |= l << (k * b);
     }
@@ -178,10 +242,13 @@ __device__ void quantize_group_lane_order(const quantize_args& a, int slot, int 
   }
 }
 
+// Block (2 g + part, head, entry): part 0 writes group g's keys, part 1 its
+// values (the two share nothing), so a step's single group per head is two
+// blocks' work, not one's.
 __global__ void __launch_bounds__(threads) quantize_groups_kernel(quantize_args a) {
   detail::grid_dependency_wait();
   detail::allow_dependent_launch();  // what follows (RoPE) waits for this kernel to finish
-  const int gi = blockIdx.x, h = blockIdx.y, e = blockIdx.z;
+  const int gi = blockIdx.x >> 1, part = blockIdx.x & 1, h = blockIdx.y, e = blockIdx.z;
   if (gi >= a.entry_groups[e]) return;
   const int slot = a.entry_slot[e];
   const int q = a.entry_first_group[e] + gi;  // group index in the slot
@@ -195,32 +262,39 @@ __global__ void __launch_bounds__(threads) quantize_groups_kernel(quantize_args 
   const packed_dest& d = a.dst;
 
   if (d.order == packed_order::lane) {
-    quantize_group_lane_order(a, slot, h, q, src_base);
+    __shared__ lane_scratch scratch;
+    if (part == 0)
+      quantize_keys_lane_order(a, slot, h, q, src_base, scratch);
+    else
+      quantize_values_lane_order(a, slot, h, q, src_base, scratch);
     return;
   }
 
-  // Keys: per channel over the group's tokens (KIVI sec. 3).
-  const std::int64_t kblock = std::int64_t(slot) * d.k_slot + std::int64_t(h) * d.k_head + std::int64_t(q) * d.k_group;
-  const std::int64_t ksc = std::int64_t(slot) * d.ks_slot + std::int64_t(h) * d.ks_head + std::int64_t(q) * d.ks_group;
-  const int chan = G * b / 8;
-  for (int c = threadIdx.x; c < D; c += threads) {
-    float lo = bf(row(a.src.k, p0) + c), hi = lo;
-    for (int t = 1; t < G; ++t) {
-      const float v = bf(row(a.src.k, p0 + t) + c);
-      lo = min_like_std(lo, v);
-      hi = max_like_std(hi, v);
+  if (part == 0) {
+    // Keys: per channel over the group's tokens (KIVI sec. 3).
+    const std::int64_t kblock = std::int64_t(slot) * d.k_slot + std::int64_t(h) * d.k_head + std::int64_t(q) * d.k_group;
+    const std::int64_t ksc = std::int64_t(slot) * d.ks_slot + std::int64_t(h) * d.ks_head + std::int64_t(q) * d.ks_group;
+    const int chan = G * b / 8;
+    for (int c = threadIdx.x; c < D; c += threads) {
+      float lo = bf(row(a.src.k, p0) + c), hi = lo;
+      for (int t = 1; t < G; ++t) {
+        const float v = bf(row(a.src.k, p0 + t) + c);
+        lo = min_like_std(lo, v);
+        hi = max_like_std(hi, v);
+      }
+      const group_params p = params_of(lo, hi, levels, a.rule);
+      d.k_scale[ksc + c] = p.s_bits;
+      d.k_zero[ksc + c] = p.z_bits;
+      bit_writer wu{d.k_codes + kblock + std::int64_t(c) * chan};
+      bit_writer wl{lower ? d.k_lower + kblock + std::int64_t(c) * chan : nullptr};
+      for (int t = 0; t < G; ++t) {
+        unsigned u, l;
+        codes_of(bf(row(a.src.k, p0 + t) + c), p, levels, lower, u, l);
+        wu.put(u, b);
+        if (lower) wl.put(l, 4);
+      }
     }
-    const group_params p = params_of(lo, hi, levels, a.rule);
-    d.k_scale[ksc + c] = p.s_bits;
-    d.k_zero[ksc + c] = p.z_bits;
-    bit_writer wu{d.k_codes + kblock + std::int64_t(c) * chan};
-    bit_writer wl{lower ? d.k_lower + kblock + std::int64_t(c) * chan : nullptr};
-    for (int t = 0; t < G; ++t) {
-      unsigned u, l;
-      codes_of(bf(row(a.src.k, p0 + t) + c), p, levels, lower, u, l);
-      wu.put(u, b);
-      if (lower) wl.put(l, 4);
-    }
+    return;
   }
 
   // Values: per token over groups of min(G, D) channels.
@@ -344,7 +418,8 @@ void quantize_groups(const quantize_args& a, stream_t s) {
   if (a.dst.order == packed_order::lane && (a.head_dim != lane_order::head_dim || a.group < 16))
     fail(who, "lane order needs head_dim 128 and G >= 16, got head_dim " + std::to_string(a.head_dim) + ", G " +
                   std::to_string(a.group));
-  detail::launch_kernel(quantize_groups_kernel, dim3(unsigned(a.max_groups), unsigned(a.n_kv_heads), unsigned(a.entries)),
+  detail::launch_kernel(quantize_groups_kernel,
+                        dim3(2u * unsigned(a.max_groups), unsigned(a.n_kv_heads), unsigned(a.entries)),
                         dim3(threads), 0, as_stream(s), a.dependent, a);
   CUDA_CHECK_LAUNCH();
 }

@@ -216,59 +216,95 @@ TEST_F(cuda_quantize, matches_cpu_codes_in_lane_order) {
             if (hier) put(vl_w, blk, lo::value_bit(int(p % 16), c, 4), packed_code(vlr.data() + p * row, c, 4));
           }
       }
-      dev_array<std::uint16_t> kd(*dev_, to_bf16(k)), vd(*dev_, to_bf16(v));
-      dev_array<std::uint8_t> kc_d(*dev_, kc_w.size(), 0xAB), kl_d(*dev_, std::max<std::size_t>(16, kl_w.size()), 0xAB),
-          vc_d(*dev_, vc_w.size(), 0xAB), vl_d(*dev_, std::max<std::size_t>(16, vl_w.size()), 0xAB);
-      dev_array<std::uint16_t> ks_d(*dev_, ks_w.size(), 0xAB), kz_d(*dev_, kz_w.size(), 0xAB),
-          vs_d(*dev_, vs_w.size(), 0xAB), vz_d(*dev_, vz_w.size(), 0xAB);
-      dev_array<std::int32_t> slot(*dev_, std::vector<std::int32_t>{0}), first(*dev_, std::vector<std::int32_t>{0}),
-          count(*dev_, std::vector<std::int32_t>{groups});
-      kc::quantize_args a;
-      a.src.k = kd.get();
-      a.src.v = vd.get();
-      a.src.head_stride = d;
-      a.src.row_stride = kvd;
-      a.dst.order = kc::packed_order::lane;
-      a.dst.k_codes = kc_d.get();
-      a.dst.v_codes = vc_d.get();
-      if (hier) {
-        a.dst.k_lower = kl_d.get();
-        a.dst.v_lower = vl_d.get();
+      // The kernel stages a group's rows in shared memory, 16 bytes at a
+      // time where the source allows it: the same bytes from rows in place,
+      // from rows one element off that alignment, and from a ring whose end
+      // falls inside the last group (two launches, as a decode would).
+      const std::vector<std::uint16_t> k16 = to_bf16(k), v16 = to_bf16(v);
+      for (const std::string source : {"contiguous", "unaligned", "ring"}) {
+        SCOPED_TRACE(source);
+        const bool unaligned = source == "unaligned", ring = source == "ring";
+        const std::int64_t cap = tokens - group / 2;  // ring: rows 2 G .. 3 G - 1 wrap past 2.5 G
+        auto ring_of = [&](const std::vector<std::uint16_t>& x, std::int64_t from, std::int64_t to) {
+          std::vector<std::uint16_t> r(std::size_t(cap * kvd));
+          for (std::int64_t p = from; p < to; ++p)
+            std::copy_n(x.begin() + p * kvd, kvd, r.begin() + (p % cap) * kvd);
+          return r;
+        };
+        auto shifted = [](const std::vector<std::uint16_t>& x) {
+          std::vector<std::uint16_t> r(x.size() + 1, 0);
+          std::copy(x.begin(), x.end(), r.begin() + 1);
+          return r;
+        };
+        dev_array<std::uint16_t> kd(*dev_, ring ? ring_of(k16, 0, cap) : unaligned ? shifted(k16) : k16),
+            vd(*dev_, ring ? ring_of(v16, 0, cap) : unaligned ? shifted(v16) : v16);
+        dev_array<std::uint8_t> kc_d(*dev_, kc_w.size(), 0xAB), kl_d(*dev_, std::max<std::size_t>(16, kl_w.size()), 0xAB),
+            vc_d(*dev_, vc_w.size(), 0xAB), vl_d(*dev_, std::max<std::size_t>(16, vl_w.size()), 0xAB);
+        dev_array<std::uint16_t> ks_d(*dev_, ks_w.size(), 0xAB), kz_d(*dev_, kz_w.size(), 0xAB),
+            vs_d(*dev_, vs_w.size(), 0xAB), vz_d(*dev_, vz_w.size(), 0xAB);
+        dev_array<std::int32_t> slot(*dev_, std::vector<std::int32_t>{0}), first(*dev_, std::vector<std::int32_t>{0}),
+            count(*dev_, std::vector<std::int32_t>{ring ? groups - 1 : groups});
+        kc::quantize_args a;
+        a.src.k = kd.get() + (unaligned ? 1 : 0);
+        a.src.v = vd.get() + (unaligned ? 1 : 0);
+        if (ring) a.src.ring = cap;
+        a.src.head_stride = d;
+        a.src.row_stride = kvd;
+        a.dst.order = kc::packed_order::lane;
+        a.dst.k_codes = kc_d.get();
+        a.dst.v_codes = vc_d.get();
+        if (hier) {
+          a.dst.k_lower = kl_d.get();
+          a.dst.v_lower = vl_d.get();
+        }
+        a.dst.k_scale = ks_d.get();
+        a.dst.k_zero = kz_d.get();
+        a.dst.v_scale = vs_d.get();
+        a.dst.v_zero = vz_d.get();
+        a.dst.k_head = k_run;
+        a.dst.k_group = block;
+        a.dst.ks_head = ks_run;
+        a.dst.ks_group = d;
+        a.dst.v_head = v_run;
+        a.dst.v_token = row;
+        a.dst.vs_head = vs_run;
+        a.dst.vs_token = ng;
+        a.rule = rc.gpu;
+        a.bits = b;
+        a.group = group;
+        a.head_dim = d;
+        a.n_kv_heads = heads;
+        a.entry_slot = slot.get();
+        a.entry_first_group = first.get();
+        a.entry_groups = count.get();
+        a.entries = 1;
+        a.max_groups = groups;
+        kc::quantize_groups(a, nullptr);
+        // Ring: the newest rows overwrite the oldest; then the last group alone.
+        dev_array<std::uint16_t> kd2(*dev_, ring_of(k16, tokens - cap, tokens)),
+            vd2(*dev_, ring_of(v16, tokens - cap, tokens));
+        dev_array<std::int32_t> first2(*dev_, std::vector<std::int32_t>{groups - 1}),
+            count2(*dev_, std::vector<std::int32_t>{1});
+        if (ring) {
+          a.src.k = kd2.get();
+          a.src.v = vd2.get();
+          a.entry_first_group = first2.get();
+          a.entry_groups = count2.get();
+          a.max_groups = 1;
+          kc::quantize_groups(a, nullptr);
+        }
+        expect_bytes_equal(kc_d.download(), kc_w, what + " " + source + " key codes");
+        expect_bytes_equal(as_bytes(ks_d.download()), as_bytes(ks_w), what + " " + source + " key scales");
+        expect_bytes_equal(as_bytes(kz_d.download()), as_bytes(kz_w), what + " " + source + " key zeros");
+        expect_bytes_equal(vc_d.download(), vc_w, what + " " + source + " value codes");
+        expect_bytes_equal(as_bytes(vs_d.download()), as_bytes(vs_w), what + " " + source + " value scales");
+        expect_bytes_equal(as_bytes(vz_d.download()), as_bytes(vz_w), what + " " + source + " value zeros");
+        if (hier) {
+          expect_bytes_equal(kl_d.download(), kl_w, what + " " + source + " key lower plane");
+          expect_bytes_equal(vl_d.download(), vl_w, what + " " + source + " value lower plane");
+        }
+        EXPECT_TRUE(kc_d.sentinel_intact() && vc_d.sentinel_intact()) << "write past a packed array";
       }
-      a.dst.k_scale = ks_d.get();
-      a.dst.k_zero = kz_d.get();
-      a.dst.v_scale = vs_d.get();
-      a.dst.v_zero = vz_d.get();
-      a.dst.k_head = k_run;
-      a.dst.k_group = block;
-      a.dst.ks_head = ks_run;
-      a.dst.ks_group = d;
-      a.dst.v_head = v_run;
-      a.dst.v_token = row;
-      a.dst.vs_head = vs_run;
-      a.dst.vs_token = ng;
-      a.rule = rc.gpu;
-      a.bits = b;
-      a.group = group;
-      a.head_dim = d;
-      a.n_kv_heads = heads;
-      a.entry_slot = slot.get();
-      a.entry_first_group = first.get();
-      a.entry_groups = count.get();
-      a.entries = 1;
-      a.max_groups = groups;
-      kc::quantize_groups(a, nullptr);
-      expect_bytes_equal(kc_d.download(), kc_w, what + " key codes");
-      expect_bytes_equal(as_bytes(ks_d.download()), as_bytes(ks_w), what + " key scales");
-      expect_bytes_equal(as_bytes(kz_d.download()), as_bytes(kz_w), what + " key zeros");
-      expect_bytes_equal(vc_d.download(), vc_w, what + " value codes");
-      expect_bytes_equal(as_bytes(vs_d.download()), as_bytes(vs_w), what + " value scales");
-      expect_bytes_equal(as_bytes(vz_d.download()), as_bytes(vz_w), what + " value zeros");
-      if (hier) {
-        expect_bytes_equal(kl_d.download(), kl_w, what + " key lower plane");
-        expect_bytes_equal(vl_d.download(), vl_w, what + " value lower plane");
-      }
-      EXPECT_TRUE(kc_d.sentinel_intact() && vc_d.sentinel_intact()) << "write past a packed array";
     }
 }
 
