@@ -99,9 +99,9 @@ if [ "$what" = attention ] || [ "$what" = all ]; then
   done
 fi
 if [ "$what" = gemv ] || [ "$what" = all ]; then
-  # v7 with bf16 output and a scale pair per chunk: every llama shape's
+  # v7, either output type (the bench times the f32 one; the draft uses both):
   # default (m = 1 first).
-  profile gemv_v7 "int4_gemv_tiled_kernel<$(targ bool 0), " 8 --kernels --gemv-only --repeats 1 --warmup 0
+  profile gemv_v7 "int4_gemv_tiled_kernel<" 8 --kernels --gemv-only --repeats 1 --warmup 0
 fi
 
 # The table: per launch, its grid, duration, issue rate, warps, the top
