@@ -100,7 +100,7 @@ if [ "$what" = attention ] || [ "$what" = all ]; then
 fi
 if [ "$what" = gemv ] || [ "$what" = all ]; then
   # v7, either output type (the bench times the f32 one; the draft uses both):
-  # default (m = 1 first).
+  # every llama shape, m = 1 first.
   profile gemv_v7 "int4_gemv_tiled_kernel<" 8 --kernels --gemv-only --repeats 1 --warmup 0
 fi
 
