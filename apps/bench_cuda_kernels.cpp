@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "apps/bench_cuda_timing.hpp"
 #include "kernels/cuda/attention.hpp"
@@ -289,20 +290,84 @@ void int4_gemv_points(const bench_options& o, bench_report& r) {
       t.tiled_scale_zero = tiled_sz.as<std::uint16_t>();
       kc::int4_tile(t, st.get());
     }
-    for (const int version : {1, 2, 3, 4, 7, 9})
+    // 8 is v7 without its L2 prefetch (int4_gemv_args::l2_prefetch), not a version of its own.
+    for (const int version : {1, 2, 3, 4, 7, 8, 9})
       for (const std::int64_t m : {1, 4}) {
-        kc::int4_gemv_args g = q.args(x, y, m, version, kc::gemm_out::f32);
-        if (kc::int4_gemv_layout(version) == kc::int4_layout::tiles) {
+        kc::int4_gemv_args g = q.args(x, y, m, version == 8 ? 7 : version, kc::gemm_out::f32);
+        g.l2_prefetch = version != 8;
+        if (kc::int4_gemv_layout(g.version) == kc::int4_layout::tiles) {
           g.codes = tiled.as<std::uint8_t>();
           g.scale_zero = tiled_sz.as<std::uint16_t>();
           g.scale = g.zero = nullptr;
         }
         const auto t = time_events(st.get(), o.warmup, o.repeats, [&] { kc::int4_gemv(g, st.get()); });
+        const std::string name = version == 8 ? "v7 (no L2 prefetch)" : "v" + std::to_string(version);
         r.points.push_back({"gemv", m, 0, false,
-                            "int4 gemv v" + std::to_string(version) + " " + std::to_string(n) + "x" +
-                                std::to_string(kk) + " g128, " + fixed(qb / (t.median * 1e-3) / 1e12, 2) + " TB/s",
+                            "int4 gemv " + name + " " + std::to_string(n) + "x" + std::to_string(kk) + " g128, " +
+                                fixed(qb / (t.median * 1e-3) / 1e12, 2) + " TB/s",
                             t.median, t.spread, 0, qb, qb / r.copy_bandwidth * 1e3, used_gib()});
       }
+  }
+}
+
+// The draft's four 4-bit GEMVs of a llama2-7b layer (qkv, o, gate/up, down;
+// tiled, g = 128, one row of x) over 12 layers of distinct weights (1.3 GB,
+// far past L2, so every layer's codes come from DRAM as in a decode step),
+// launched back to back as programmatic dependents as the step launches them,
+// v7 with and without its L2 prefetch: the GEMVs' share of a draft step
+// without attention and small kernels between them.
+void int4_layer_points(const bench_options& o, bench_report& r) {
+  auto dev = make_device_allocator(0);
+  kc::stream st;
+  constexpr int layers = 12;
+  const std::int64_t h = 4096, inter = 11008;
+  const std::int64_t shapes[4][2] = {{3 * h, h}, {h, h}, {2 * inter, h}, {h, inter}};
+  struct tiled_weight {
+    buffer codes, sz;
+    std::int64_t n, k;
+  };
+  std::vector<tiled_weight> w;
+  double bytes = 0;
+  for (int l = 0; l < layers; ++l)
+    for (const auto& sh : shapes) {
+      const std::int64_t n = sh[0], kk = sh[1];
+      tiled_weight t{buffer(*dev, std::size_t(kernels::cpu::int4_tiled_code_bytes(n, kk))),
+                     buffer(*dev, std::size_t(kernels::cpu::int4_tiled_scale_zero_size(n, kk, 128)) * 2), n, kk};
+      kc::fill_uniform_bf16(t.codes.as<std::uint16_t>(), std::int64_t(t.codes.size() / 2), -1, 1, 11 + l, st.get());
+      kc::fill_bytes(t.sz.data(), 0x3c, t.sz.size(), st.get());
+      bytes += double(t.codes.size() + t.sz.size());
+      w.push_back(std::move(t));
+    }
+  buffer x(*dev, std::size_t(inter) * 2), y(*dev, std::size_t(2 * inter) * 4);
+  kc::fill_uniform_bf16(x.as<std::uint16_t>(), inter, -1, 1, 8, st.get());
+  for (const bool prefetch : {false, true}) {
+    const auto pass = [&] {
+      for (const auto& t : w) {
+        kc::int4_gemv_args g;
+        g.version = 7;
+        g.x = x.as<std::uint16_t>();
+        g.ldx = t.k;
+        g.codes = t.codes.as<std::uint8_t>();
+        g.scale_zero = t.sz.as<std::uint16_t>();
+        g.group = 128;
+        g.y = y.data();
+        g.ldy = t.n;
+        g.out = kc::gemm_out::f32;
+        g.m = 1;
+        g.n = t.n;
+        g.k = t.k;
+        g.dependent = true;
+        g.l2_prefetch = prefetch;
+        kc::int4_gemv(g, st.get());
+      }
+    };
+    const auto t = time_events(st.get(), o.warmup, o.repeats, pass);
+    r.points.push_back({"gemv", 1, 0, false,
+                        std::string("int4 gemv v7 ") + (prefetch ? "" : "(no L2 prefetch) ") +
+                            "llama2-7b layer sequence x " + std::to_string(layers) + " layers, cold, " +
+                            fixed(t.median * 1e3 / layers, 1) + " us a layer, " +
+                            fixed(bytes / (t.median * 1e-3) / 1e12, 2) + " TB/s",
+                        t.median, t.spread, 0, bytes, bytes / r.copy_bandwidth * 1e3, used_gib()});
   }
 }
 
@@ -391,6 +456,7 @@ void cuda_kernel_points(const bench_options& o, bench_report& r, const kc::devic
       step_gemv_points(o, r, *dev, st);
     }
     int4_gemv_points(o, r);
+    int4_layer_points(o, r);
     return;
   }
   if (o.attention_only) {

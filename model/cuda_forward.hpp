@@ -99,6 +99,7 @@ struct cuda_forward_options {
   // read the layout the draft was made in (cuda_model::make_draft;
   // set_draft_weights(true) checks).
   int int4_gemv_version = kernels::cuda::int4_gemv_default_version;
+  bool int4_l2_prefetch = true;  // int4_gemv_args::l2_prefetch (v7)
   int gemv_unroll = kernels::cuda::gemv_default_unroll;  // loads per row in flight per lane: 2 or 4
   // Prefill attention on the tensor cores (cuBLAS, scores through a scratch
   // of at most prefill_scratch_bytes) instead of the CUDA-core flash kernel.

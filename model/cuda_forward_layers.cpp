@@ -73,6 +73,7 @@ void cuda_forward::impl::int4_proj(const std::uint16_t* in, std::int64_t ldx, co
     a.k = k;
     a.dependent = opt.overlap_launch;
     a.version = opt.int4_gemv_version;
+    a.l2_prefetch = opt.int4_l2_prefetch;
     kc::int4_gemv(a, st.get());
   }
 }

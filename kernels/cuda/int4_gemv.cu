@@ -13,11 +13,14 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <climits>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 
 #include "kernels/cuda/async_copy.cuh"
+#include "kernels/cuda/bulk_copy.cuh"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/int4_gemv.hpp"
@@ -424,7 +427,7 @@ __global__ void __launch_bounds__(32 * mma_warps, MINB)
     int4_gemv_tiled_kernel(const bf16* __restrict__ x, std::int64_t ldx, const uint4* __restrict__ codes,
                            const uint2* __restrict__ scale_zero, std::int64_t groups, unsigned group_units,
                            void* __restrict__ y, std::int64_t ldy, bool accumulate, int m,
-                           std::int64_t n, std::int64_t k) {
+                           std::int64_t n, std::int64_t k, int ahead) {
   __shared__ float part_s[mma_warps][16][8];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
@@ -458,6 +461,26 @@ __global__ void __launch_bounds__(32 * mma_warps, MINB)
   };
   int c0 = warp;
   if (c0 < chunks) load(c0);
+  // The bytes this block and the block one wave later will load after
+  // their first round, asked of L2 now (tiled_prefetch below says why).
+  if (ahead > 0 && threadIdx.x == 0) {
+    const std::uint64_t tile_bytes = std::uint64_t(chunks) * 1024, sz_bytes = std::uint64_t(groups) * 64;
+    const char* tiles = reinterpret_cast<const char*>(codes);
+    const char* szs = reinterpret_cast<const char*>(scale_zero);
+    const std::uint64_t first = std::uint64_t(iter) * 1024;
+    if (tile_bytes > first) {
+      detail::prefetch_l2(tiles + blockIdx.x * tile_bytes + first, tile_bytes - first);
+      detail::prefetch_l2(szs + blockIdx.x * sz_bytes, sz_bytes);
+    }
+    const std::uint64_t next = std::uint64_t(blockIdx.x) + unsigned(ahead);
+    if (next < gridDim.x) {
+      detail::prefetch_l2(tiles + next * tile_bytes, tile_bytes);
+      detail::prefetch_l2(szs + next * sz_bytes, sz_bytes);
+    }
+  }
+  // What follows this GEMV (a norm, RoPE, SwiGLU, the next GEMV) may launch
+  // now and wait in its own grid dependency wait for this grid to finish.
+  detail::allow_dependent_launch();
   detail::grid_dependency_wait();  // x (and y, accumulated) come from the kernels before
   for (; c0 < chunks; c0 += iter, cp += 64 * iter, sp += 8 * iter, xp += std::int64_t(iter) * mma_chunk) {
     if (c0 != warp) load(c0);
@@ -514,15 +537,44 @@ void launch_mma(const int4_gemv_args& a, cudaStream_t s) {
   CUDA_CHECK_LAUNCH();
 }
 
+// v7's L2 prefetch (int4_gemv_args::l2_prefetch). Each warp of v7 loads
+// its first U chunks, waits for them, computes, and only then loads again,
+// and a block exits before the block that replaces it on the SM issues its
+// first load: at 2 blocks per SM the bytes in flight drop to nothing
+// between rounds and between waves. So at its start, one thread of block b
+// asks L2 (cp.async.bulk.prefetch, no registers held) for the rest of its
+// own tile past the first round (k > 4096) and for all of tile b + W, W
+// the blocks resident at once: the block that will run one wave later finds
+// its codes and scales in L2. Zero turns it off (before sm_90 the
+// instruction is a no-op, and v7 on such a card asks for zero).
+template <bool OutF32, tiled_scales S>
+int tiled_resident_blocks() {
+  static std::mutex mu;
+  static int known[16] = {};
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  if (dev >= 0 && dev < 16 && known[dev] != 0) return known[dev];
+  int major = 0, sms = 0, per_sm = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &per_sm, int4_gemv_tiled_kernel<OutF32, S, tiled_unroll, tiled_min_blocks>, 32 * mma_warps, 0));
+  const int w = major >= 9 ? sms * std::max(per_sm, 1) : -1;  // -1: no prefetch on this device
+  if (dev >= 0 && dev < 16) known[dev] = w;
+  return w;
+}
+
 template <bool OutF32, tiled_scales S>
 void launch_tiled(const int4_gemv_args& a, cudaStream_t s) {
   const dim3 grid(unsigned((a.n + 15) / 16));
   const std::int64_t groups = (a.k + a.group - 1) / a.group;
+  const int ahead = a.l2_prefetch ? std::max(tiled_resident_blocks<OutF32, S>(), 0) : 0;
   detail::launch_kernel(int4_gemv_tiled_kernel<OutF32, S, tiled_unroll, tiled_min_blocks>, grid,
                         dim3(32 * mma_warps), 0, s, a.dependent, reinterpret_cast<const bf16*>(a.x), a.ldx,
                         reinterpret_cast<const uint4*>(a.codes), reinterpret_cast<const uint2*>(a.scale_zero),
                         groups, unsigned(a.group / (S == tiled_scales::words ? 32 : mma_chunk)), a.y, a.ldy,
-                        a.accumulate, int(a.m), a.n, a.k);
+                        a.accumulate, int(a.m), a.n, a.k, ahead);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -44,6 +44,10 @@ struct int4_gemv_args {
   // each (--kernels --gemv-only).
   int version = 2;
   bool dependent = false;  // a programmatic dependent launch (kernels/cuda/launch.cuh)
+  // v7 only: each block asks L2 for the bytes it and the block one wave
+  // later will read after their first round (int4_gemv.cu, "v7's L2
+  // prefetch"); a hint, the results are the same either way.
+  bool l2_prefetch = true;
 };
 
 constexpr std::int64_t int4_gemv_max_rows = 8;

@@ -26,7 +26,8 @@ namespace kc = kernels::cuda;
 namespace kcpu = kernels::cpu;
 
 void run_case(allocator& dev, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t group, kc::gemm_out out,
-              bool acc, unsigned seed, std::initializer_list<int> versions = {1, 2, 3, 4, 7, 9}) {
+              bool acc, unsigned seed, std::initializer_list<int> versions = {1, 2, 3, 4, 7, 9},
+              bool l2_prefetch = true) {
   std::mt19937 rng(seed);
   const std::int64_t ldx = k + 8, ldy = n + 3;
   const auto w = random_values(rng, std::size_t(n * k));  // [-1, 1] with outliers up to 8
@@ -95,6 +96,7 @@ void run_case(allocator& dev, std::int64_t m, std::int64_t n, std::int64_t k, st
     a.n = n;
     a.k = k;
     a.dependent = version == 2 || version == 7 || version == 9;  // a programmatic dependent launch: same results
+    a.l2_prefetch = l2_prefetch;
     ASSERT_TRUE(kc::int4_gemv_supported(a));
     kc::int4_gemv(a, nullptr);
 
@@ -111,7 +113,8 @@ void run_case(allocator& dev, std::int64_t m, std::int64_t n, std::int64_t k, st
       }
     const std::string what = "int4_gemv v" + std::to_string(version) + " m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" +
                              std::to_string(k) + " group=" + std::to_string(group) + (acc ? " acc" : "") +
-                             (out == kc::gemm_out::f32 ? " f32" : " bf16");
+                             (out == kc::gemm_out::f32 ? " f32" : " bf16") +
+                             (l2_prefetch ? "" : " no-prefetch");
     if (out == kc::gemm_out::f32) expect_close(got, ref, 2e-3, 1e-3, what, seed);
     else expect_close(got, ref, 2e-2, 1e-2, what, seed);
     EXPECT_TRUE(dyf.sentinel_intact() && dyb.sentinel_intact()) << what;
@@ -148,6 +151,19 @@ TEST_F(cuda_int4_gemv, llama_shapes_match) {
   // q_proj and down_proj of the 7B/8B shapes, one row of x.
   run_case(*dev_, 1, 4096, 4096, 128, kc::gemm_out::f32, false, 601);
   run_case(*dev_, 2, 4096, 14336, 128, kc::gemm_out::bf16, false, 602);
+}
+
+TEST_F(cuda_int4_gemv, l2_prefetch_covers_later_waves_and_rounds) {
+  // v7's L2 prefetch, on and off: more tiles than resident blocks (tile b
+  // prefetches tile b + W, the last waves have none), k past one round of 32
+  // chunks (the rest of a block's own tile), the words path (k not a multiple
+  // of 128) past a round, and scales of small groups (several per chunk).
+  for (const bool prefetch : {true, false}) {
+    run_case(*dev_, 1, 12288, 4096, 128, kc::gemm_out::bf16, false, 711, {7}, prefetch);
+    run_case(*dev_, 1, 4096, 11008, 128, kc::gemm_out::f32, true, 712, {7}, prefetch);
+    run_case(*dev_, 2, 5000, 8288, 32, kc::gemm_out::f32, false, 713, {7}, prefetch);
+    run_case(*dev_, 1, 4500, 4224, 256, kc::gemm_out::bf16, false, 714, {7}, prefetch);
+  }
 }
 
 TEST_F(cuda_int4_gemv, bulk_streams_many_tiles_and_pieces) {
