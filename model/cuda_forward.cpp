@@ -8,8 +8,8 @@
 //
 // With a quantized cache (kivi, specache, hier; model/cuda_packed_kv.hpp) the
 // append becomes: quantize the window's oldest G rows when due (before the
-// append, as model/quantized_cache.hpp), then RoPE + append into the window
-// ring; attention is the packed attention over codes + window. A prefill
+// append, as model/quantized_cache.hpp; every layer's in one launch at the
+// start of the step), then RoPE + append into the window ring; attention is the packed attention over codes + window. A prefill
 // longer than the ring attends in full precision through the staging area
 // (bf16 rows of the whole context: the packed part dequantized, the window
 // copied, the prompt appended), then quantizes the groups due and moves the

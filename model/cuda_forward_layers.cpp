@@ -108,6 +108,19 @@ void cuda_forward::impl::layers(std::int64_t m, int prefill_slot, std::int64_t p
   const float scale = 1.f / std::sqrt(float(c.head_dim));
   const bool staged = quant && prefill_slot >= 0;
   kc::embedding(w.embed.as<std::uint16_t>(), c.vocab_size, h, dev_ints(0), m, x.as<float>(), h, st.get());
+  // Every layer's oldest window groups, when due, before any layer appends:
+  // one launch for the step (the groups are the same for every layer; the
+  // kernel reads only rows of earlier steps, which no layer of this step
+  // has overwritten yet), not one idle launch between each layer's qkv
+  // GEMV and RoPE.
+  if (quant && !staged) {
+    auto qa = quantize_args(0, ring_source(0), dev_ints(1), dev_ints(5), dev_ints(6), int(m));
+    qa.layers = int(w.layers.size());
+    qa.src_layer = std::int64_t(2 * ring_elems());
+    qa.dst_layer = std::int64_t(shape->layer_packed_bytes());
+    qa.dependent = opt.overlap_launch;
+    kc::quantize_groups(qa, st.get());
+  }
   for (std::size_t li = 0; li < w.layers.size(); ++li) {
     const auto& L = w.layers[li];
     const int l = int(li);
@@ -116,11 +129,6 @@ void cuda_forward::impl::layers(std::int64_t m, int prefill_slot, std::int64_t p
                 opt.overlap_launch);
     proj(xn.as<std::uint16_t>(), h, L.wqkv, L.wqkv_q, qkv.data(), qkv_dim(), kc::gemm_out::bf16, false, m, qkv_dim(),
          h);
-    if (quant && !staged) {  // the window's oldest groups, when due, before the append
-      auto qa = quantize_args(l, ring_source(l), dev_ints(1), dev_ints(5), dev_ints(6), int(m));
-      qa.dependent = opt.overlap_launch;
-      kc::quantize_groups(qa, st.get());
-    }
     kc::rope_append_args ra;
     ra.qkv = qkv.as<std::uint16_t>();
     ra.ld_qkv = qkv_dim();

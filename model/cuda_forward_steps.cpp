@@ -102,11 +102,12 @@ void cuda_forward::impl::prefill_staged(int slot, std::span<const std::int32_t> 
     *aux_h(1) = std::int32_t(first_group);
     *aux_h(2) = std::int32_t(groups);
     upload_aux();
-    for (int l = 0; l < L; ++l) {
-      auto qa = quantize_args(l, from_staging ? staging_source(l) : ring_source(l), aux(0), aux(1), aux(2), 1);
-      qa.max_groups = int(groups);
-      kc::quantize_groups(qa, st.get());
-    }
+    auto qa = quantize_args(0, from_staging ? staging_source(0) : ring_source(0), aux(0), aux(1), aux(2), 1);
+    qa.max_groups = int(groups);
+    qa.layers = L;  // every layer in one launch
+    qa.src_layer = std::int64_t(2 * (from_staging ? staging_elems() : ring_elems()));
+    qa.dst_layer = std::int64_t(shape->layer_packed_bytes());
+    kc::quantize_groups(qa, st.get());
   };
   // Rows [first, first + count) between the ring (slot) and the staging rows.
   auto move_rows = [&](std::int64_t first, std::int64_t count, bool to_staging) {

@@ -8,6 +8,7 @@
 #include <cuda_fp16.h>
 
 #include <stdexcept>
+#include <type_traits>
 #include <string>
 
 #include "kernels/cuda/cuda_check.hpp"
@@ -242,14 +243,32 @@ __device__ void quantize_values_lane_order(const quantize_args& a, int slot, int
   }
 }
 
-// Block (2 g + part, head, entry): part 0 writes group g's keys, part 1 its
-// values (the two share nothing), so a step's single group per head is two
-// blocks' work, not one's.
+// Block (2 g + part, head, layer * entries + entry): part 0 writes group
+// g's keys, part 1 its values (the two share nothing), so a step's single
+// group per head is two blocks' work, not one's.
 __global__ void __launch_bounds__(threads) quantize_groups_kernel(quantize_args a) {
   detail::grid_dependency_wait();
   detail::allow_dependent_launch();  // what follows (RoPE) waits for this kernel to finish
-  const int gi = blockIdx.x >> 1, part = blockIdx.x & 1, h = blockIdx.y, e = blockIdx.z;
+  const int gi = blockIdx.x >> 1, part = blockIdx.x & 1, h = blockIdx.y;
+  const int e = int(blockIdx.z) % a.entries, layer = int(blockIdx.z) / a.entries;
   if (gi >= a.entry_groups[e]) return;
+  if (layer > 0) {  // this layer's rows and arrays
+    const std::int64_t se = layer * a.src_layer, db = layer * a.dst_layer;
+    a.src.k += se;
+    a.src.v += se;
+    packed_dest& d = a.dst;
+    const auto move = [db](auto*& p) {
+      if (p) p = reinterpret_cast<std::remove_reference_t<decltype(p)>>(reinterpret_cast<std::uint8_t*>(p) + db);
+    };
+    move(d.k_codes);
+    move(d.k_lower);
+    move(d.k_scale);
+    move(d.k_zero);
+    move(d.v_codes);
+    move(d.v_lower);
+    move(d.v_scale);
+    move(d.v_zero);
+  }
   const int slot = a.entry_slot[e];
   const int q = a.entry_first_group[e] + gi;  // group index in the slot
   const int G = a.group, D = a.head_dim, b = a.bits;
@@ -405,6 +424,12 @@ void quantize_groups(const quantize_args& a, stream_t s) {
   if (a.entries <= 0 || a.max_groups <= 0) return;
   const char* who = "quantize_groups";
   check_shape(who, a.bits, a.group, a.head_dim, a.n_kv_heads);
+  if (a.layers < 1 || std::int64_t(a.entries) * a.layers > 65535)
+    fail(who, "layers must be >= 1 with entries x layers <= 65535, got " + std::to_string(a.layers) + " layers of " +
+                  std::to_string(a.entries) + " entries");
+  if (a.layers > 1 && (a.src_layer <= 0 || a.dst_layer <= 0 || a.dst_layer % 2 != 0))
+    fail(who, "several layers need positive layer strides (dst_layer an even byte count), got src_layer " +
+                  std::to_string(a.src_layer) + ", dst_layer " + std::to_string(a.dst_layer));
   const bool hier = a.rule == quant_rule_gpu::hier;
   if ((a.rule == quant_rule_gpu::specache && a.bits != 1) || (hier && a.bits != 4))
     fail(who, std::to_string(a.bits) + " bits do not fit the rule");
@@ -419,7 +444,8 @@ void quantize_groups(const quantize_args& a, stream_t s) {
     fail(who, "lane order needs head_dim 128 and G >= 16, got head_dim " + std::to_string(a.head_dim) + ", G " +
                   std::to_string(a.group));
   detail::launch_kernel(quantize_groups_kernel,
-                        dim3(2u * unsigned(a.max_groups), unsigned(a.n_kv_heads), unsigned(a.entries)),
+                        dim3(2u * unsigned(a.max_groups), unsigned(a.n_kv_heads),
+                             unsigned(a.entries) * unsigned(a.layers)),
                         dim3(threads), 0, as_stream(s), a.dependent, a);
   CUDA_CHECK_LAUNCH();
 }

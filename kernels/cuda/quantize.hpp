@@ -72,6 +72,14 @@ struct quantize_args {
   const std::int32_t* entry_groups = nullptr;
   int entries = 0;
   int max_groups = 1;
+  // Layers in one launch (a decode step quantizes every layer's due groups
+  // at once, one launch instead of one per layer): layer i reads src.k and
+  // src.v moved by i * src_layer elements and writes every packed array
+  // moved by i * dst_layer bytes. The per-entry arrays are the same for
+  // all layers. entries * layers <= 65535.
+  int layers = 1;
+  std::int64_t src_layer = 0;
+  std::int64_t dst_layer = 0;
   bool dependent = false;  // a programmatic dependent launch (kernels/cuda/launch.cuh)
 };
 

@@ -8,6 +8,7 @@
 // the prefill path uses.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
@@ -627,6 +628,98 @@ TEST_F(cuda_quantize, dequantized_rows_match_the_reference) {
 }
 #endif
 
+TEST_F(cuda_quantize, several_layers_in_one_launch_equal_one_launch_per_layer) {
+  // The decode step quantizes every layer's due groups in one launch
+  // (quantize_args::layers). Three layers of distinct ring rows, each rule,
+  // both byte orders: one launch over the layers writes exactly the bytes of
+  // three launches of one layer each (checked bit for bit against the CPU in
+  // the tests above), including the entries that write nothing.
+  for (const auto order : {kc::packed_order::cpu, kc::packed_order::lane})
+    for (const auto& rc : rules) {
+      SCOPED_TRACE(std::string(rc.name) + (order == kc::packed_order::lane ? " lane" : " cpu"));
+      const int d = 128, heads = 2, group = 32, slots = 2, cap = 80, layers = 3;
+      const std::int64_t max_groups = 3, block = std::int64_t(d) * group * rc.bits / 8,
+                         row = std::int64_t(d) * rc.bits / 8, ng = d / std::min(group, d);
+      const bool hier = rc.cpu == kcpu::quant_rule::hier;
+      std::mt19937 rng(2300);
+      const std::int64_t ring_elems = std::int64_t(slots) * heads * cap * d;  // one layer's K (or V)
+      std::vector<std::uint16_t> ring(std::size_t(2 * layers * ring_elems));
+      for (auto& x : ring) x = f32_to_bf16(round_bf16(random_values(rng, 1, 20.f))[0]);
+      const std::int64_t runs = std::int64_t(slots) * heads;
+      // One layer's packed arrays, each 16-byte aligned, in one block of bytes.
+      const auto up16 = [](std::int64_t b) { return (b + 15) / 16 * 16; };
+      const std::int64_t kcb = up16(runs * max_groups * block), vcb = up16(runs * max_groups * group * row),
+                         ksb = up16(runs * max_groups * d * 2), vsb = up16(runs * max_groups * group * ng * 2);
+      const std::int64_t layer_bytes = 2 * kcb + 2 * vcb + 2 * ksb + 2 * vsb;
+      dev_array<std::uint16_t> dring(*dev_, ring);
+      dev_array<std::uint8_t> one(*dev_, std::size_t(layers * layer_bytes), 0xAB),
+          each(*dev_, std::size_t(layers * layer_bytes), 0xAB);
+      dev_array<std::int32_t> slot(*dev_, std::vector<std::int32_t>{1, 0, 0}),
+          first(*dev_, std::vector<std::int32_t>{0, 1, 2}), count(*dev_, std::vector<std::int32_t>{2, 0, 1});
+      const auto args = [&](std::uint8_t* base, int layer) {
+        kc::quantize_args a;
+        a.src.k = dring.get() + 2 * layer * ring_elems;
+        a.src.v = a.src.k + ring_elems;
+        a.src.slot_stride = std::int64_t(heads) * cap * d;
+        a.src.head_stride = std::int64_t(cap) * d;
+        a.src.row_stride = d;
+        a.src.ring = cap;
+        std::uint8_t* b = base + layer * layer_bytes;
+        a.dst.order = order;
+        a.dst.k_codes = b;
+        a.dst.v_codes = b + kcb;
+        if (hier) {
+          a.dst.k_lower = b + kcb + vcb;
+          a.dst.v_lower = b + 2 * kcb + vcb;
+        }
+        std::uint8_t* sc = b + 2 * kcb + 2 * vcb;
+        a.dst.k_scale = reinterpret_cast<std::uint16_t*>(sc);
+        a.dst.k_zero = reinterpret_cast<std::uint16_t*>(sc + ksb);
+        a.dst.v_scale = reinterpret_cast<std::uint16_t*>(sc + 2 * ksb);
+        a.dst.v_zero = reinterpret_cast<std::uint16_t*>(sc + 2 * ksb + vsb);
+        a.dst.k_head = max_groups * block;
+        a.dst.k_slot = heads * a.dst.k_head;
+        a.dst.k_group = block;
+        a.dst.ks_head = max_groups * d;
+        a.dst.ks_slot = heads * a.dst.ks_head;
+        a.dst.ks_group = d;
+        a.dst.v_head = max_groups * group * row;
+        a.dst.v_slot = heads * a.dst.v_head;
+        a.dst.v_token = row;
+        a.dst.vs_head = max_groups * group * ng;
+        a.dst.vs_slot = heads * a.dst.vs_head;
+        a.dst.vs_token = ng;
+        a.rule = rc.gpu;
+        a.bits = rc.bits;
+        a.group = group;
+        a.head_dim = d;
+        a.n_kv_heads = heads;
+        a.entry_slot = slot.get();
+        a.entry_first_group = first.get();
+        a.entry_groups = count.get();
+        a.entries = 3;
+        a.max_groups = 2;
+        return a;
+      };
+      auto all = args(one.get(), 0);
+      all.layers = layers;
+      all.src_layer = 2 * ring_elems;
+      all.dst_layer = layer_bytes;
+      all.dependent = true;
+      kc::quantize_groups(all, nullptr);
+      for (int l = 0; l < layers; ++l) kc::quantize_groups(args(each.get(), l), nullptr);
+      const auto got = one.download(), want = each.download();
+      expect_bytes_equal(got, want, "layers in one launch against one launch each");
+      // Something was written in every layer, and the layers differ.
+      for (int l = 0; l < layers; ++l) {
+        const auto at = got.begin() + std::ptrdiff_t(l * layer_bytes);
+        EXPECT_TRUE(std::any_of(at, at + kcb, [](std::uint8_t b) { return b != 0xAB; })) << "layer " << l;
+      }
+      EXPECT_FALSE(std::equal(got.begin(), got.begin() + kcb, got.begin() + std::ptrdiff_t(layer_bytes)));
+      EXPECT_TRUE(one.sentinel_intact() && each.sentinel_intact());
+    }
+}
+
 TEST_F(cuda_quantize, rejects_bad_arguments) {
 #ifdef SPECPIPE_HAVE_CUDA
   kc::quantize_args a;
@@ -637,6 +730,30 @@ TEST_F(cuda_quantize, rejects_bad_arguments) {
   a.group = 64;
   a.bits = 2;
   a.rule = kc::quant_rule_gpu::specache;
+  EXPECT_THROW(kc::quantize_groups(a, nullptr), std::invalid_argument);
+  // Several layers need their strides, and the grid's z bound holds (each
+  // refused for that reason, before the missing pointers are looked at).
+  const auto refused_for_layers = [&] {
+    try {
+      kc::quantize_groups(a, nullptr);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what()).find("layer") != std::string::npos;
+    }
+    return false;
+  };
+  a.rule = kc::quant_rule_gpu::rtn;
+  a.layers = 0;
+  EXPECT_TRUE(refused_for_layers());
+  a.layers = 2;
+  EXPECT_TRUE(refused_for_layers());
+  a.src_layer = 64;
+  a.dst_layer = 63;
+  EXPECT_TRUE(refused_for_layers());
+  a.dst_layer = 64;
+  a.entries = 40000;
+  EXPECT_TRUE(refused_for_layers());
+  a.entries = 1;
+  EXPECT_FALSE(refused_for_layers());  // strides fine: refused for the pointers instead
   EXPECT_THROW(kc::quantize_groups(a, nullptr), std::invalid_argument);
 #endif
 }
