@@ -156,7 +156,7 @@ int actor_report(const bench_options& o, const std::string& device) {
 
 int bench_main(int argc, char** argv) {
   po::options_description desc("specpipe bench flags");
-  std::string preset, model_dir, batches = "1", contexts = "4096", json_path, device = "cuda", kv_kinds, packed_order, draft_prefetch;
+  std::string preset, model_dir, batches = "1", contexts = "4096", json_path, device = "cuda", kv_kinds, packed_order;
   long long kv_group = 0, kv_residual = 0;
   int kv_bits = 0, topk = 64;
   bench_options o;
@@ -211,9 +211,6 @@ int bench_main(int argc, char** argv) {
      "registers) or 4 (128, for the 1-4-bit reads; INT8 keeps 3); 0: the default (3)")
     ("packed-order", po::value(&packed_order)->default_value("lane"),
      "CUDA decode, quantized caches: lane (packed attention v4, head_dim 128) or cpu (v3)")
-    ("draft-prefetch", po::value(&draft_prefetch)->default_value("on"),
-     "quantspec (cuda): on or off, the tiled 4-bit GEMV's L2 prefetch of the bytes a block and the block one "
-     "wave later read after their first round (the switch exists to measure it)")
     ("draft-gemv", po::value(&o.draft_gemv)->default_value(0),
      "quantspec (cuda): the draft's 4-bit GEMV version, 2, 3, 4, 7 or 9 (7 and 9 read the weights "
      "repacked in 16-row tiles, 9 streams them by the bulk copy engine; 0: the default, 7)")
@@ -292,9 +289,6 @@ int bench_main(int argc, char** argv) {
   }
   if (o.transfer_latency_us < 0 || o.transfer_latency_us > 1000000)
     throw usage_error("--transfer-latency-us: must be in [0, 1000000], got " + std::to_string(o.transfer_latency_us));
-  if (draft_prefetch != "on" && draft_prefetch != "off")
-    throw usage_error("--draft-prefetch: must be on or off, got '" + draft_prefetch + "'");
-  o.draft_prefetch = draft_prefetch == "on";
   if (o.draft_gemv != 0 && (o.draft_gemv < 2 || o.draft_gemv > 4) && o.draft_gemv != 7 && o.draft_gemv != 9)
     throw usage_error("--draft-gemv: must be 0 (the default), 2, 3, 4, 7 or 9, got " + std::to_string(o.draft_gemv));
   if (packed_order != "cpu" && packed_order != "lane")
@@ -499,7 +493,6 @@ boost::json::value report_json(const bench_options& o, const bench_report& r) {
     root["packed_blocks"] = o.packed_blocks;
     root["packed_order"] = o.packed_lane_order ? "lane" : "cpu";
     root["draft_gemv"] = o.draft_gemv;
-    root["draft_prefetch"] = o.draft_prefetch;
   }
   boost::json::array notes;
   for (const auto& n : r.notes) notes.emplace_back(n);

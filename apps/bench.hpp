@@ -49,7 +49,6 @@ struct bench_options {
   int packed_stages = 0;  // cp.async stages of the packed attention; 0: per format
   int packed_blocks = 0;  // the lane-order attention's register budget in blocks per SM (3 or 4); 0: default
   bool packed_lane_order = true;  // quantized caches in lane order, read by packed attention v4 (false: v3)
-  bool draft_prefetch = true;  // QuantSpec on the GPU: v7's L2 prefetch (int4_gemv_args::l2_prefetch)
   int draft_gemv = 0;     // QuantSpec's 4-bit GEMV version on the GPU (kernels/cuda/int4_gemv.hpp); 0: default
   // CUDA decode: a cap on what the run may allocate on the GPU (weights,
   // caches, scratch), to emulate a smaller card; 0: the whole device.

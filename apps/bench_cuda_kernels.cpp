@@ -290,20 +290,17 @@ void int4_gemv_points(const bench_options& o, bench_report& r) {
       t.tiled_scale_zero = tiled_sz.as<std::uint16_t>();
       kc::int4_tile(t, st.get());
     }
-    // 8 is v7 without its L2 prefetch (int4_gemv_args::l2_prefetch), not a version of its own.
-    for (const int version : {1, 2, 3, 4, 7, 8, 9})
+    for (const int version : {1, 2, 3, 4, 7, 9})
       for (const std::int64_t m : {1, 4}) {
-        kc::int4_gemv_args g = q.args(x, y, m, version == 8 ? 7 : version, kc::gemm_out::f32);
-        g.l2_prefetch = version != 8;
+        kc::int4_gemv_args g = q.args(x, y, m, version, kc::gemm_out::f32);
         if (kc::int4_gemv_layout(g.version) == kc::int4_layout::tiles) {
           g.codes = tiled.as<std::uint8_t>();
           g.scale_zero = tiled_sz.as<std::uint16_t>();
           g.scale = g.zero = nullptr;
         }
         const auto t = time_events(st.get(), o.warmup, o.repeats, [&] { kc::int4_gemv(g, st.get()); });
-        const std::string name = version == 8 ? "v7 (no L2 prefetch)" : "v" + std::to_string(version);
         r.points.push_back({"gemv", m, 0, false,
-                            "int4 gemv " + name + " " + std::to_string(n) + "x" + std::to_string(kk) + " g128, " +
+                            "int4 gemv v" + std::to_string(version) + " " + std::to_string(n) + "x" + std::to_string(kk) + " g128, " +
                                 fixed(qb / (t.median * 1e-3) / 1e12, 2) + " TB/s",
                             t.median, t.spread, 0, qb, qb / r.copy_bandwidth * 1e3, used_gib()});
       }
@@ -313,9 +310,10 @@ void int4_gemv_points(const bench_options& o, bench_report& r) {
 // The draft's four 4-bit GEMVs of a llama2-7b layer (qkv, o, gate/up, down;
 // tiled, g = 128, one row of x) over 12 layers of distinct weights (1.3 GB,
 // far past L2, so every layer's codes come from DRAM as in a decode step),
-// launched back to back as programmatic dependents as the step launches them,
-// v7 with and without its L2 prefetch: the GEMVs' share of a draft step
-// without attention and small kernels between them.
+// launched back to back as programmatic dependents as the step launches them:
+// the GEMVs' share of a draft step without the attention and the small
+// kernels between them. Twice: gate/up with the SwiGLU as its epilogue, and
+// plain gate/up followed by the SwiGLU kernel.
 void int4_layer_points(const bench_options& o, bench_report& r) {
   auto dev = make_device_allocator(0);
   kc::stream st;
@@ -338,11 +336,13 @@ void int4_layer_points(const bench_options& o, bench_report& r) {
       bytes += double(t.codes.size() + t.sz.size());
       w.push_back(std::move(t));
     }
-  buffer x(*dev, std::size_t(inter) * 2), y(*dev, std::size_t(2 * inter) * 4);
+  buffer x(*dev, std::size_t(inter) * 2), y(*dev, std::size_t(2 * inter) * 4), act(*dev, std::size_t(inter) * 2);
   kc::fill_uniform_bf16(x.as<std::uint16_t>(), inter, -1, 1, 8, st.get());
-  for (const bool prefetch : {false, true}) {
+  for (const bool fused : {true, false}) {
     const auto pass = [&] {
-      for (const auto& t : w) {
+      for (std::size_t i = 0; i < w.size(); ++i) {
+        const auto& t = w[i];
+        const bool gate_up = i % 4 == 2;
         kc::int4_gemv_args g;
         g.version = 7;
         g.x = x.as<std::uint16_t>();
@@ -350,22 +350,23 @@ void int4_layer_points(const bench_options& o, bench_report& r) {
         g.codes = t.codes.as<std::uint8_t>();
         g.scale_zero = t.sz.as<std::uint16_t>();
         g.group = 128;
-        g.y = y.data();
-        g.ldy = t.n;
-        g.out = kc::gemm_out::f32;
+        g.y = gate_up && fused ? act.data() : y.data();
+        g.ldy = gate_up && fused ? inter : t.n;
+        g.out = !gate_up ? kc::gemm_out::f32 : fused ? kc::gemm_out::swiglu : kc::gemm_out::bf16;
         g.m = 1;
         g.n = t.n;
         g.k = t.k;
         g.dependent = true;
-        g.l2_prefetch = prefetch;
         kc::int4_gemv(g, st.get());
+        if (gate_up && !fused)
+          kc::swiglu(y.as<std::uint16_t>(), 2 * inter, act.as<std::uint16_t>(), inter, 1, inter, st.get(), true);
       }
     };
     const auto t = time_events(st.get(), o.warmup, o.repeats, pass);
     r.points.push_back({"gemv", 1, 0, false,
-                        std::string("int4 gemv v7 ") + (prefetch ? "" : "(no L2 prefetch) ") +
-                            "llama2-7b layer sequence x " + std::to_string(layers) + " layers, cold, " +
-                            fixed(t.median * 1e3 / layers, 1) + " us a layer, " +
+                        std::string("int4 gemv v7 llama2-7b layer sequence") +
+                            (fused ? " (SwiGLU epilogue)" : " (SwiGLU kernel)") + " x " + std::to_string(layers) +
+                            " layers, cold, " + fixed(t.median * 1e3 / layers, 1) + " us a layer, " +
                             fixed(bytes / (t.median * 1e-3) / 1e12, 2) + " TB/s",
                         t.median, t.spread, 0, bytes, bytes / r.copy_bandwidth * 1e3, used_gib()});
   }

@@ -92,14 +92,14 @@ struct cuda_forward_options {
   // The decode-path choices, each switchable so one run can time them
   // (kernels/cuda/NOTES.md, versions 3 and 4). fuse_swiglu: the SwiGLU as
   // the gate/up GEMV's epilogue (gemm_out::swiglu) instead of a kernel of
-  // its own; where cuBLAS runs the projection (m > 2) the kernel stays.
+  // its own; where cuBLAS runs the projection (m > 2) the kernel stays. The
+  // draft's 4-bit gate/up GEMV takes it too (v7, any m).
   bool fuse_swiglu = true;
   bool gemv_k_split = true;  // warps of a block share a row pair over slices of k
   // The draft's 4-bit GEMV (QuantSpec): int4_gemv_args::version. It must
   // read the layout the draft was made in (cuda_model::make_draft;
   // set_draft_weights(true) checks).
   int int4_gemv_version = kernels::cuda::int4_gemv_default_version;
-  bool int4_l2_prefetch = true;  // int4_gemv_args::l2_prefetch (v7)
   int gemv_unroll = kernels::cuda::gemv_default_unroll;  // loads per row in flight per lane: 2 or 4
   // Prefill attention on the tensor cores (cuBLAS, scores through a scratch
   // of at most prefill_scratch_bytes) instead of the CUDA-core flash kernel.

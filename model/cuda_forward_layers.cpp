@@ -73,7 +73,6 @@ void cuda_forward::impl::int4_proj(const std::uint16_t* in, std::int64_t ldx, co
     a.k = k;
     a.dependent = opt.overlap_launch;
     a.version = opt.int4_gemv_version;
-    a.l2_prefetch = opt.int4_l2_prefetch;
     kc::int4_gemv(a, st.get());
   }
 }
@@ -87,6 +86,10 @@ void cuda_forward::impl::mlp(const cuda_layer& L, std::int64_t m) {
   if (!draft && opt.fuse_swiglu && kc::gemm_resolve(plain, opt.gemm) == kc::gemm_impl::gemv &&
       kc::gemv_supported(fused)) {
     kc::gemv(fused, st.get());
+  } else if (draft && opt.fuse_swiglu && kc::int4_gemv_layout(opt.int4_gemv_version) == kc::int4_layout::tiles &&
+             opt.int4_gemv_version != 9 && inter % 16 == 0) {
+    // The draft's 4-bit gate/up GEMV with the SwiGLU as its epilogue (v7).
+    int4_proj(xn.as<std::uint16_t>(), h, L.wgu_q, act.data(), inter, kc::gemm_out::swiglu, false, m, 2 * inter, h);
   } else {
     proj(xn.as<std::uint16_t>(), h, L.wgu, L.wgu_q, gu.data(), 2 * inter, kc::gemm_out::bf16, false, m, 2 * inter,
          h);

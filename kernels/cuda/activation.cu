@@ -12,7 +12,7 @@ namespace {
 
 using detail::bf16;
 
-__device__ __forceinline__ float silu(float x) { return x / (1.f + __expf(-x)); }
+using detail::silu;
 
 __global__ void swiglu_vec_kernel(const bf16* gu, std::int64_t ld_gu, bf16* out, std::int64_t ld_out,
                                   std::int64_t inter) {

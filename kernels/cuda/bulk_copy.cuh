@@ -102,23 +102,4 @@ __device__ __forceinline__ void bulk_copy_to_shared(void* dst, const void* src, 
 #endif
 }
 
-// Asks L2 to fetch [p, p + bytes) from global memory (cp.async.bulk.prefetch,
-// sm_90): a hint with no destination, no barrier and no registers held, so a
-// kernel can put bytes in flight that it will load later. The range is
-// widened to 16-byte boundaries (the instruction's rule; cudaMalloc's
-// granules are far coarser, so the widened range stays inside the
-// allocation) and issued in pieces of at most 32 KiB. A no-op before sm_90.
-__device__ __forceinline__ void prefetch_l2(const void* p, std::uint64_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (bytes == 0) return;
-  std::uint64_t at = reinterpret_cast<std::uint64_t>(p) & ~std::uint64_t(15);
-  const std::uint64_t end = (reinterpret_cast<std::uint64_t>(p) + bytes + 15) & ~std::uint64_t(15);
-  constexpr std::uint64_t piece = 32768;
-  for (; at < end; at += piece) {
-    const unsigned n = unsigned(end - at < piece ? end - at : piece);
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(at), "r"(n) : "memory");
-  }
-#endif
-}
-
 }  // namespace specpipe::kernels::cuda::detail

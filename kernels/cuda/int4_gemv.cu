@@ -13,14 +13,11 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <algorithm>
 #include <climits>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 
 #include "kernels/cuda/async_copy.cuh"
-#include "kernels/cuda/bulk_copy.cuh"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/int4_gemv.hpp"
@@ -251,6 +248,34 @@ __device__ __forceinline__ void mma_write_rows(float (&part_s)[mma_warps][16][8]
   }
 }
 
+// The SwiGLU epilogue of v7 (gemm_out::swiglu): warps 0-3 hold gate rows
+// row0 .. row0 + 15, warps 4-7 the up rows of the same outputs; each is
+// rounded to bf16 first, as the unfused path stores them, then
+// silu(gate) * up in f32 with the SwiGLU kernel's silu (activation.cu).
+__device__ __forceinline__ void swiglu_write_rows(float (&part_s)[mma_warps][16][8], const float (&acc)[4], int warp,
+                                                  int g, int t, std::int64_t row0, void* __restrict__ y,
+                                                  std::int64_t ldy, int m, std::int64_t inter) {
+  part_s[warp][g][2 * t] = acc[0];
+  part_s[warp][g][2 * t + 1] = acc[1];
+  part_s[warp][g + 8][2 * t] = acc[2];
+  part_s[warp][g + 8][2 * t + 1] = acc[3];
+  __syncthreads();
+  if (threadIdx.x < 128) {
+    const int r = threadIdx.x >> 3, i = threadIdx.x & 7;
+    float gv = 0.f, uv = 0.f;
+#pragma unroll
+    for (int w = 0; w < mma_warps / 2; ++w) {
+      gv += part_s[w][r][i];
+      uv += part_s[w + mma_warps / 2][r][i];
+    }
+    const std::int64_t row = row0 + r;
+    if (i < m && row < inter) {
+      const float gb = __bfloat162float(__float2bfloat16(gv)), ub = __bfloat162float(__float2bfloat16(uv));
+      static_cast<bf16*>(y)[i * ldy + row] = __float2bfloat16(detail::silu(gb) * ub);
+    }
+  }
+}
+
 // The warp's chunks warp, warp + mma_warps, ... taken U at a time into a
 // Stage by load(c0, stage): the first U before the grid dependency wait
 // (weights are constants of the model: they stream in while the kernel that
@@ -422,28 +447,33 @@ constexpr int tiled_min_blocks = 2;   // blocks per SM the registers must allow
 
 // group_units: group / 128 (chunks) or group / 32 (words); chunk and word
 // indices fit in 32 bits (k < 2^31).
-template <bool OutF32, tiled_scales S, int U, int MINB>
+template <bool OutF32, bool Swiglu, tiled_scales S, int U, int MINB>
 __global__ void __launch_bounds__(32 * mma_warps, MINB)
     int4_gemv_tiled_kernel(const bf16* __restrict__ x, std::int64_t ldx, const uint4* __restrict__ codes,
                            const uint2* __restrict__ scale_zero, std::int64_t groups, unsigned group_units,
                            void* __restrict__ y, std::int64_t ldy, bool accumulate, int m,
-                           std::int64_t n, std::int64_t k, int ahead) {
+                           std::int64_t n, std::int64_t k) {
   __shared__ float part_s[mma_warps][16][8];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
   const std::int64_t row0 = std::int64_t(blockIdx.x) * 16;
+  // SwiGLU: block b takes gate tile b with warps 0-3 and up tile b + n / 32
+  // (row n / 2 + 16 b on) with warps 4-7; else one tile, all 8 warps.
+  constexpr int W = Swiglu ? mma_warps / 2 : mma_warps;  // warps per tile
+  const int hw = Swiglu ? warp % W : warp;               // the warp's place among them
+  const std::int64_t tile = Swiglu ? blockIdx.x + (warp / W) * (n / 32) : blockIdx.x;
   const int chunks = int((k + mma_chunk - 1) / mma_chunk), words = int(k / 32);
-  // The warp's chunks warp, warp + 8, ...: chunk ch of the tile is cp[64 ch]
+  // The warp's chunks hw, hw + W, ...: chunk ch of the tile is cp[64 ch]
   // (rows g) and cp[64 ch + 32] (rows g + 8), group gi's scales and zeros
   // szt[8 gi]. The pointers below start at the warp's first chunk and move
   // by one iteration (U chunks of this warp) at a time, so every load of an
   // iteration is one base register plus an immediate (indices clamped per
   // chunk cost ~20 address instructions a chunk, a fifth of its products).
-  constexpr int iter = U * mma_warps;  // chunks per iteration of the block
-  const uint4* cp = codes + (std::int64_t(blockIdx.x) * chunks + warp) * 64 + lane;
-  const uint2* szt = scale_zero + std::int64_t(blockIdx.x) * groups * 8 + g;
-  const uint2* sp = szt + 8 * warp;  // chunk: one group per chunk
-  const bf16* xp = x + std::int64_t(min(g, m - 1)) * ldx + 8 * t + std::int64_t(warp) * mma_chunk;
+  constexpr int iter = U * W;  // chunks per iteration of the tile's warps
+  const uint4* cp = codes + (tile * chunks + hw) * 64 + lane;
+  const uint2* szt = scale_zero + tile * groups * 8 + g;
+  const uint2* sp = szt + 8 * hw;  // chunk: one group per chunk
+  const bf16* xp = x + std::int64_t(min(g, m - 1)) * ldx + 8 * t + std::int64_t(hw) * mma_chunk;
   float acc[4] = {0.f, 0.f, 0.f, 0.f};
 
   uint4 wa[U], wb[U];
@@ -451,44 +481,27 @@ __global__ void __launch_bounds__(32 * mma_warps, MINB)
   auto load = [&](int c0) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int ch = c0 + u * mma_warps;
+      const int ch = c0 + u * W;
       if (ch >= chunks) break;
-      wa[u] = __ldcs(cp + 64 * mma_warps * u);
-      wb[u] = __ldcs(cp + 64 * mma_warps * u + 32);
-      if constexpr (S == tiled_scales::chunk) sz[u] = __ldg(sp + 8 * mma_warps * u);
+      wa[u] = __ldcs(cp + 64 * W * u);
+      wb[u] = __ldcs(cp + 64 * W * u + 32);
+      if constexpr (S == tiled_scales::chunk) sz[u] = __ldg(sp + 8 * W * u);
       if constexpr (S == tiled_scales::chunks) sz[u] = __ldg(szt + 8 * (unsigned(ch) / group_units));
     }
   };
-  int c0 = warp;
+  int c0 = hw;
   if (c0 < chunks) load(c0);
-  // The bytes this block and the block one wave later will load after
-  // their first round, asked of L2 now (tiled_prefetch below says why).
-  if (ahead > 0 && threadIdx.x == 0) {
-    const std::uint64_t tile_bytes = std::uint64_t(chunks) * 1024, sz_bytes = std::uint64_t(groups) * 64;
-    const char* tiles = reinterpret_cast<const char*>(codes);
-    const char* szs = reinterpret_cast<const char*>(scale_zero);
-    const std::uint64_t first = std::uint64_t(iter) * 1024;
-    if (tile_bytes > first) {
-      detail::prefetch_l2(tiles + blockIdx.x * tile_bytes + first, tile_bytes - first);
-      detail::prefetch_l2(szs + blockIdx.x * sz_bytes, sz_bytes);
-    }
-    const std::uint64_t next = std::uint64_t(blockIdx.x) + unsigned(ahead);
-    if (next < gridDim.x) {
-      detail::prefetch_l2(tiles + next * tile_bytes, tile_bytes);
-      detail::prefetch_l2(szs + next * sz_bytes, sz_bytes);
-    }
-  }
   // What follows this GEMV (a norm, RoPE, SwiGLU, the next GEMV) may launch
   // now and wait in its own grid dependency wait for this grid to finish.
   detail::allow_dependent_launch();
   detail::grid_dependency_wait();  // x (and y, accumulated) come from the kernels before
   for (; c0 < chunks; c0 += iter, cp += 64 * iter, sp += 8 * iter, xp += std::int64_t(iter) * mma_chunk) {
-    if (c0 != warp) load(c0);
+    if (c0 != hw) load(c0);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int ch = c0 + u * mma_warps;
+      const int ch = c0 + u * W;
       if (ch >= chunks) break;
-      const bf16* xc = xp + u * mma_warps * mma_chunk;
+      const bf16* xc = xp + u * W * mma_chunk;
       if constexpr (S != tiled_scales::words) {
         uint4 xw[4];
 #pragma unroll
@@ -510,7 +523,10 @@ __global__ void __launch_bounds__(32 * mma_warps, MINB)
       }
     }
   }
-  mma_write_rows<OutF32>(part_s, acc, warp, g, t, row0, y, ldy, accumulate, m, n);
+  if constexpr (Swiglu)
+    swiglu_write_rows(part_s, acc, warp, g, t, row0, y, ldy, m, n / 2);
+  else
+    mma_write_rows<OutF32>(part_s, acc, warp, g, t, row0, y, ldy, accumulate, m, n);
 }
 
 template <bool OutF32>
@@ -537,52 +553,23 @@ void launch_mma(const int4_gemv_args& a, cudaStream_t s) {
   CUDA_CHECK_LAUNCH();
 }
 
-// v7's L2 prefetch (int4_gemv_args::l2_prefetch). Each warp of v7 loads
-// its first U chunks, waits for them, computes, and only then loads again,
-// and a block exits before the block that replaces it on the SM issues its
-// first load: at 2 blocks per SM the bytes in flight drop to nothing
-// between rounds and between waves. So at its start, one thread of block b
-// asks L2 (cp.async.bulk.prefetch, no registers held) for the rest of its
-// own tile past the first round (k > 4096) and for all of tile b + W, W
-// the blocks resident at once: the block that will run one wave later finds
-// its codes and scales in L2. Zero turns it off (before sm_90 the
-// instruction is a no-op, and v7 on such a card asks for zero).
-template <bool OutF32, tiled_scales S>
-int tiled_resident_blocks() {
-  static std::mutex mu;
-  static int known[16] = {};
-  int dev = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  std::lock_guard<std::mutex> lock(mu);
-  if (dev >= 0 && dev < 16 && known[dev] != 0) return known[dev];
-  int major = 0, sms = 0, per_sm = 0;
-  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      &per_sm, int4_gemv_tiled_kernel<OutF32, S, tiled_unroll, tiled_min_blocks>, 32 * mma_warps, 0));
-  const int w = major >= 9 ? sms * std::max(per_sm, 1) : -1;  // -1: no prefetch on this device
-  if (dev >= 0 && dev < 16) known[dev] = w;
-  return w;
-}
-
-template <bool OutF32, tiled_scales S>
+template <bool OutF32, bool Swiglu, tiled_scales S>
 void launch_tiled(const int4_gemv_args& a, cudaStream_t s) {
-  const dim3 grid(unsigned((a.n + 15) / 16));
+  const dim3 grid(unsigned(Swiglu ? a.n / 32 : (a.n + 15) / 16));
   const std::int64_t groups = (a.k + a.group - 1) / a.group;
-  const int ahead = a.l2_prefetch ? std::max(tiled_resident_blocks<OutF32, S>(), 0) : 0;
-  detail::launch_kernel(int4_gemv_tiled_kernel<OutF32, S, tiled_unroll, tiled_min_blocks>, grid,
+  detail::launch_kernel(int4_gemv_tiled_kernel<OutF32, Swiglu, S, tiled_unroll, tiled_min_blocks>, grid,
                         dim3(32 * mma_warps), 0, s, a.dependent, reinterpret_cast<const bf16*>(a.x), a.ldx,
                         reinterpret_cast<const uint4*>(a.codes), reinterpret_cast<const uint2*>(a.scale_zero),
                         groups, unsigned(a.group / (S == tiled_scales::words ? 32 : mma_chunk)), a.y, a.ldy,
-                        a.accumulate, int(a.m), a.n, a.k, ahead);
+                        a.accumulate, int(a.m), a.n, a.k);
   CUDA_CHECK_LAUNCH();
 }
 
-template <bool OutF32>
+template <bool OutF32, bool Swiglu>
 void launch_tiled_scales(const int4_gemv_args& a, cudaStream_t s) {
-  if (a.k % mma_chunk != 0 || a.group % mma_chunk != 0) launch_tiled<OutF32, tiled_scales::words>(a, s);
-  else if (a.group == mma_chunk) launch_tiled<OutF32, tiled_scales::chunk>(a, s);
-  else launch_tiled<OutF32, tiled_scales::chunks>(a, s);
+  if (a.k % mma_chunk != 0 || a.group % mma_chunk != 0) launch_tiled<OutF32, Swiglu, tiled_scales::words>(a, s);
+  else if (a.group == mma_chunk) launch_tiled<OutF32, Swiglu, tiled_scales::chunk>(a, s);
+  else launch_tiled<OutF32, Swiglu, tiled_scales::chunks>(a, s);
 }
 
 template <int M, bool OutF32>
@@ -622,7 +609,7 @@ void int4_gemv(const int4_gemv_args& a, stream_t s) {
   if (a.version < 1 || (a.version > 4 && a.version != 7 && a.version != 9))
     throw std::invalid_argument("int4_gemv: version must be 1, 2, 3, 4, 7 or 9, got " + std::to_string(a.version));
   const bool tiles = int4_gemv_layout(a.version) == int4_layout::tiles;
-  if (a.n <= 0 || a.k <= 0 || a.m < 0 || a.ldx < a.k || a.ldy < a.n || (!tiles && (!a.scale || !a.zero)) ||
+  if (a.n <= 0 || a.k <= 0 || a.m < 0 || a.ldx < a.k || a.ldy < (a.out == gemm_out::swiglu ? a.n / 2 : a.n) || (!tiles && (!a.scale || !a.zero)) ||
       !a.codes || !a.y)
     throw std::invalid_argument("int4_gemv: bad shape or missing pointers: m=" + std::to_string(a.m) + " n=" +
                                 std::to_string(a.n) + " k=" + std::to_string(a.k) + " ldx=" + std::to_string(a.ldx) +
@@ -635,8 +622,11 @@ void int4_gemv(const int4_gemv_args& a, stream_t s) {
     throw std::invalid_argument("int4_gemv: version " + std::to_string(a.version) +
                                 " reads the row layout; scale_zero is the tiled layout's (versions 7 and 9)");
   if (a.accumulate && a.out != gemm_out::f32) throw std::invalid_argument("int4_gemv: accumulate needs an f32 output");
-  if (a.out == gemm_out::swiglu)
-    throw std::invalid_argument("int4_gemv: the SwiGLU output is the bf16 GEMV's only; run swiglu after");
+  if (a.out == gemm_out::swiglu && (!tiles || a.version == 9 || a.n % 32 != 0 || a.ldy < a.n / 2))
+    throw std::invalid_argument("int4_gemv: the SwiGLU output needs version 7 (the tiled layout) and n = 2 x inter "
+                                "with inter a multiple of 16 and ldy >= inter; got version " +
+                                std::to_string(a.version) + " n=" + std::to_string(a.n) + " ldy=" +
+                                std::to_string(a.ldy));
   if (a.m == 0) return;
   if (tiles && !int4_gemv_supported(a))
     throw std::invalid_argument("int4_gemv: the tiled versions need 1 <= m <= 8, k and group multiples of 32, k < 2^31, "
@@ -651,8 +641,9 @@ void int4_gemv(const int4_gemv_args& a, stream_t s) {
                                 " ldx=" + std::to_string(a.ldx));
   if (tiles) {
     if (a.version == 9 && detail::int4_gemv_bulk(a, as_stream(s))) return;
-    if (a.out == gemm_out::f32) launch_tiled_scales<true>(a, as_stream(s));
-    else launch_tiled_scales<false>(a, as_stream(s));
+    if (a.out == gemm_out::f32) launch_tiled_scales<true, false>(a, as_stream(s));
+    else if (a.out == gemm_out::swiglu) launch_tiled_scales<false, true>(a, as_stream(s));
+    else launch_tiled_scales<false, false>(a, as_stream(s));
     return;
   }
   if (a.version != 1 && a.k % mma_chunk == 0 && a.group % mma_chunk == 0) {

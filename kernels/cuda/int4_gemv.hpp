@@ -42,12 +42,12 @@ struct int4_gemv_args {
   // engine through shared memory, a persistent grid (int4_gemv_bulk.cu);
   // group 128 on compute capability 9.0+, else it runs v7. The bench times
   // each (--kernels --gemv-only).
+  // out = gemm_out::swiglu (v7 only): W is [gate; up], n = 2 x inter rows
+  // (inter a multiple of 16), and y [m][inter] (ldy >= inter) gets
+  // bf16(silu(g) * u) of the bf16-rounded products, the SwiGLU kernel's
+  // result without its launch or the [m][n] intermediate.
   int version = 2;
   bool dependent = false;  // a programmatic dependent launch (kernels/cuda/launch.cuh)
-  // v7 only: each block asks L2 for the bytes it and the block one wave
-  // later will read after their first round (int4_gemv.cu, "v7's L2
-  // prefetch"); a hint, the results are the same either way.
-  bool l2_prefetch = true;
 };
 
 constexpr std::int64_t int4_gemv_max_rows = 8;

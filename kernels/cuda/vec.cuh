@@ -45,6 +45,10 @@ __device__ __forceinline__ void allow_dependent_launch() {
 #endif
 }
 
+// x sigmoid(x), as the SwiGLU kernel and the 4-bit GEMV's SwiGLU epilogue
+// both compute it (the same expression, so the same bits).
+__device__ __forceinline__ float silu(float x) { return x / (1.f + __expf(-x)); }
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
