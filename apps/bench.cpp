@@ -224,6 +224,8 @@ int bench_main(int argc, char** argv) {
      "quantspec: also report the speedup the measured costs give at this acceptance rate (0: off)")
     ("fuse-swiglu", "decode: the SwiGLU as the gate/up GEMV's epilogue (the default)")
     ("no-fuse-swiglu", "decode: the plain gate/up GEMV, then a SwiGLU kernel")
+    ("fuse-norm", "quantspec (cuda): the draft's qkv and gate/up 4-bit GEMVs normalize their input (the default)")
+    ("no-fuse-norm", "quantspec (cuda): an RMSNorm kernel before the draft's qkv and gate/up GEMVs")
     ("ksplit", "decode GEMVs may split k across the warps of a block (v2; the default)")
     ("no-ksplit", "decode GEMVs keep one warp per row pair over the whole of k (v1)")
     ("gemv-unroll", po::value<int>(), "decode GEMV loads per row in flight per lane: 2 (v1, the default) or 4 (v2)");
@@ -250,6 +252,7 @@ int bench_main(int argc, char** argv) {
   };
   o.fuse_swiglu = switch_flag("fuse-swiglu", "no-fuse-swiglu");
   o.k_split = switch_flag("ksplit", "no-ksplit");
+  o.fuse_norm = switch_flag("fuse-norm", "no-fuse-norm");
   if (vm.count("gemv-unroll")) {
     o.gemv_unroll = vm["gemv-unroll"].as<int>();
     if (*o.gemv_unroll != 2 && *o.gemv_unroll != 4)
@@ -483,6 +486,7 @@ boost::json::value report_json(const bench_options& o, const bench_report& r) {
   root["cuda_graphs"] = o.graphs;
   root["pdl"] = o.overlap;
   if (o.fuse_swiglu) root["fuse_swiglu"] = *o.fuse_swiglu;
+  if (o.fuse_norm) root["fuse_norm"] = *o.fuse_norm;
   if (o.k_split) root["gemv_k_split"] = *o.k_split;
   if (o.gemv_unroll) root["gemv_unroll"] = *o.gemv_unroll;
   if (!o.kv_modes.empty()) {

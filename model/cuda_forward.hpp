@@ -95,6 +95,10 @@ struct cuda_forward_options {
   // its own; where cuBLAS runs the projection (m > 2) the kernel stays. The
   // draft's 4-bit gate/up GEMV takes it too (v7, any m).
   bool fuse_swiglu = true;
+  // The draft's qkv and gate/up 4-bit GEMVs (v7) form RMSNorm(x) themselves
+  // (int4_gemv_args::norm, the same bits as the RMSNorm kernel), so a step
+  // has two launches a layer fewer.
+  bool fuse_norm = true;
   bool gemv_k_split = true;  // warps of a block share a row pair over slices of k
   // The draft's 4-bit GEMV (QuantSpec): int4_gemv_args::version. It must
   // read the layout the draft was made in (cuda_model::make_draft;

@@ -365,8 +365,14 @@ struct cuda_forward::impl {
   void proj(const std::uint16_t* in, std::int64_t ldx, const buffer& wt, const cuda_int4& wq, void* out,
             std::int64_t ldy, kc::gemm_out type, bool acc, std::int64_t m, std::int64_t n, std::int64_t k);
   // The same by a 4-bit copy alone (the draft's projections, its lm_head).
+  // With `norm_weight`, `in` is not read: the GEMV's input is
+  // RMSNorm(x) by that weight, formed inside the GEMV (int4_gemv_args::norm).
   void int4_proj(const std::uint16_t* in, std::int64_t ldx, const cuda_int4& wq, void* out, std::int64_t ldy,
-                 kc::gemm_out type, bool acc, std::int64_t m, std::int64_t n, std::int64_t k);
+                 kc::gemm_out type, bool acc, std::int64_t m, std::int64_t n, std::int64_t k,
+                 const float* norm_weight = nullptr);
+  // Whether the draft's qkv and gate/up GEMVs normalize their own input
+  // (cuda_forward_options::fuse_norm), so the two RMSNorm launches go.
+  bool norm_in_gemv() const;
   // The MLP after its norm: x += (silu(xn Wg^T) * (xn Wu^T)) Wdown^T. With
   // fuse_swiglu, where the GEMV runs the gate/up projection, the SwiGLU is
   // that GEMV's epilogue (gemm_out::swiglu): one launch and the round trip

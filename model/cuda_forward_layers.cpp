@@ -50,9 +50,17 @@ void cuda_forward::impl::proj(const std::uint16_t* in, std::int64_t ldx, const b
   int4_proj(in, ldx, wq, out, ldy, type, acc, m, n, k);
 }
 
+bool cuda_forward::impl::norm_in_gemv() const {
+  // Whole 128-column chunks and rows that fit the kernel's shared memory
+  // (int4_gemv_args::norm); the gate/up and qkv weights share one group.
+  const std::int64_t h = c.hidden_size;
+  return draft && opt.fuse_norm && opt.int4_gemv_version == 7 && h % 128 == 0 && h <= kc::int4_gemv_max_norm_k &&
+         !w.layers.empty() && w.layers[0].wqkv_q.group % 128 == 0;
+}
+
 void cuda_forward::impl::int4_proj(const std::uint16_t* in, std::int64_t ldx, const cuda_int4& wq, void* out,
                                    std::int64_t ldy, kc::gemm_out type, bool acc, std::int64_t m, std::int64_t n,
-                                   std::int64_t k) {
+                                   std::int64_t k, const float* norm_weight) {
   const std::size_t out_size = type == kc::gemm_out::f32 ? 4 : 2;
   for (std::int64_t r = 0; r < m; r += kc::int4_gemv_max_rows) {
     kc::int4_gemv_args a;
@@ -73,6 +81,12 @@ void cuda_forward::impl::int4_proj(const std::uint16_t* in, std::int64_t ldx, co
     a.k = k;
     a.dependent = opt.overlap_launch;
     a.version = opt.int4_gemv_version;
+    if (norm_weight) {  // the residual stream's rows r.. as the input, normalized in the GEMV
+      a.norm.x = x.as<float>() + r * c.hidden_size;
+      a.norm.ld = c.hidden_size;
+      a.norm.weight = norm_weight;
+      a.norm.eps = float(c.rms_norm_eps);
+    }
     kc::int4_gemv(a, st.get());
   }
 }
@@ -89,10 +103,15 @@ void cuda_forward::impl::mlp(const cuda_layer& L, std::int64_t m) {
   } else if (draft && opt.fuse_swiglu && kc::int4_gemv_layout(opt.int4_gemv_version) == kc::int4_layout::tiles &&
              opt.int4_gemv_version != 9 && inter % 16 == 0) {
     // The draft's 4-bit gate/up GEMV with the SwiGLU as its epilogue (v7).
-    int4_proj(xn.as<std::uint16_t>(), h, L.wgu_q, act.data(), inter, kc::gemm_out::swiglu, false, m, 2 * inter, h);
+    int4_proj(xn.as<std::uint16_t>(), h, L.wgu_q, act.data(), inter, kc::gemm_out::swiglu, false, m, 2 * inter, h,
+              norm_in_gemv() ? L.mlp_norm.as<float>() : nullptr);
   } else {
-    proj(xn.as<std::uint16_t>(), h, L.wgu, L.wgu_q, gu.data(), 2 * inter, kc::gemm_out::bf16, false, m, 2 * inter,
-         h);
+    if (norm_in_gemv())
+      int4_proj(xn.as<std::uint16_t>(), h, L.wgu_q, gu.data(), 2 * inter, kc::gemm_out::bf16, false, m, 2 * inter, h,
+                L.mlp_norm.as<float>());
+    else
+      proj(xn.as<std::uint16_t>(), h, L.wgu, L.wgu_q, gu.data(), 2 * inter, kc::gemm_out::bf16, false, m, 2 * inter,
+           h);
     kc::swiglu(gu.as<std::uint16_t>(), 2 * inter, act.as<std::uint16_t>(), inter, m, inter, st.get(),
                opt.overlap_launch);
   }
@@ -128,10 +147,15 @@ void cuda_forward::impl::layers(std::int64_t m, int prefill_slot, std::int64_t p
     const auto& L = w.layers[li];
     const int l = int(li);
     spec_mark(l, 0, st.get());  // SpeCache's timeline (no-op otherwise)
-    kc::rmsnorm(x.as<float>(), h, nullptr, 0, L.attn_norm.as<float>(), xn.as<std::uint16_t>(), h, m, h, eps, st.get(),
-                opt.overlap_launch);
-    proj(xn.as<std::uint16_t>(), h, L.wqkv, L.wqkv_q, qkv.data(), qkv_dim(), kc::gemm_out::bf16, false, m, qkv_dim(),
-         h);
+    if (norm_in_gemv()) {  // the draft's qkv GEMV normalizes x itself
+      int4_proj(xn.as<std::uint16_t>(), h, L.wqkv_q, qkv.data(), qkv_dim(), kc::gemm_out::bf16, false, m, qkv_dim(), h,
+                L.attn_norm.as<float>());
+    } else {
+      kc::rmsnorm(x.as<float>(), h, nullptr, 0, L.attn_norm.as<float>(), xn.as<std::uint16_t>(), h, m, h, eps,
+                  st.get(), opt.overlap_launch);
+      proj(xn.as<std::uint16_t>(), h, L.wqkv, L.wqkv_q, qkv.data(), qkv_dim(), kc::gemm_out::bf16, false, m,
+           qkv_dim(), h);
+    }
     kc::rope_append_args ra;
     ra.qkv = qkv.as<std::uint16_t>();
     ra.ld_qkv = qkv_dim();
@@ -210,8 +234,9 @@ void cuda_forward::impl::layers(std::int64_t m, int prefill_slot, std::int64_t p
       kc::decode_attention(da, st.get());
     }
     proj(attn.as<std::uint16_t>(), q, L.wo, L.wo_q, x.data(), h, kc::gemm_out::f32, true, m, h, q);
-    kc::rmsnorm(x.as<float>(), h, nullptr, 0, L.mlp_norm.as<float>(), xn.as<std::uint16_t>(), h, m, h, eps, st.get(),
-                opt.overlap_launch);
+    if (!norm_in_gemv())  // else the gate/up GEMV normalizes x itself
+      kc::rmsnorm(x.as<float>(), h, nullptr, 0, L.mlp_norm.as<float>(), xn.as<std::uint16_t>(), h, m, h, eps,
+                  st.get(), opt.overlap_launch);
     mlp(L, m);
     spec_mark(l, 1, st.get());
   }

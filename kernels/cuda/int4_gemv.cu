@@ -14,12 +14,14 @@
 #include <cuda_fp16.h>
 
 #include <climits>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 
 #include "kernels/cuda/async_copy.cuh"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/norm_row.cuh"
 #include "kernels/cuda/int4_gemv.hpp"
 #include "kernels/cuda/int4_gemv_bulk.hpp"
 #include "kernels/cuda/int4_products.cuh"
@@ -442,17 +444,24 @@ __global__ void __launch_bounds__(32 * mma_warps)
 // codes and scales, are computed and dropped by mma_write_rows. The merge
 // over warps and the writes are v2's.
 enum class tiled_scales { chunk, chunks, words };
+// int4_gemv_args::norm as the kernel takes it.
+struct tiled_norm {
+  const float* x = nullptr;
+  std::int64_t ld = 0;
+  const float* weight = nullptr;
+  float eps = 0.f;
+};
 constexpr int tiled_unroll = 4;       // chunks in flight per warp
 constexpr int tiled_min_blocks = 2;   // blocks per SM the registers must allow
 
 // group_units: group / 128 (chunks) or group / 32 (words); chunk and word
 // indices fit in 32 bits (k < 2^31).
-template <bool OutF32, bool Swiglu, tiled_scales S, int U, int MINB>
+template <bool OutF32, bool Swiglu, bool Norm, tiled_scales S, int U, int MINB>
 __global__ void __launch_bounds__(32 * mma_warps, MINB)
     int4_gemv_tiled_kernel(const bf16* __restrict__ x, std::int64_t ldx, const uint4* __restrict__ codes,
                            const uint2* __restrict__ scale_zero, std::int64_t groups, unsigned group_units,
                            void* __restrict__ y, std::int64_t ldy, bool accumulate, int m,
-                           std::int64_t n, std::int64_t k) {
+                           std::int64_t n, std::int64_t k, tiled_norm nrm) {
   __shared__ float part_s[mma_warps][16][8];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
@@ -473,6 +482,14 @@ __global__ void __launch_bounds__(32 * mma_warps, MINB)
   const uint4* cp = codes + (tile * chunks + hw) * 64 + lane;
   const uint2* szt = scale_zero + tile * groups * 8 + g;
   const uint2* sp = szt + 8 * hw;  // chunk: one group per chunk
+  // Norm: x is the block's own RMSNorm of nrm.x's rows, in shared memory
+  // (xs, m rows of k), formed after the grid dependency wait below.
+  extern __shared__ uint4 xs_dyn[];
+  bf16* xs = reinterpret_cast<bf16*>(xs_dyn);
+  if constexpr (Norm) {
+    x = xs;
+    ldx = k;
+  }
   const bf16* xp = x + std::int64_t(min(g, m - 1)) * ldx + 8 * t + std::int64_t(hw) * mma_chunk;
   float acc[4] = {0.f, 0.f, 0.f, 0.f};
 
@@ -495,6 +512,26 @@ __global__ void __launch_bounds__(32 * mma_warps, MINB)
   // now and wait in its own grid dependency wait for this grid to finish.
   detail::allow_dependent_launch();
   detail::grid_dependency_wait();  // x (and y, accumulated) come from the kernels before
+  if constexpr (Norm) {
+    // norm_row.cuh's order, the RMSNorm kernel's bits: every block of the
+    // GEMV forms the same xn (16 KB of f32 from L2 a row at hidden 4096)
+    // while its first codes are in flight.
+    __shared__ float norm_part[detail::norm_row_threads / 32];
+    const int n4 = int(k / 4);
+    const float4* w4 = reinterpret_cast<const float4*>(nrm.weight);
+    for (int r = 0; r < m; ++r) {
+      const float4* xr = reinterpret_cast<const float4*>(nrm.x + r * nrm.ld);
+      float ss = 0.f;
+#pragma unroll 4
+      for (int c = threadIdx.x; c < n4; c += detail::norm_row_threads) ss = detail::sum_squares4(ss, xr[c]);
+      const float inv = detail::norm_inverse(detail::norm_block_sum(ss, norm_part), int(k), nrm.eps);
+      uint2* xo = reinterpret_cast<uint2*>(xs + std::int64_t(r) * k);
+#pragma unroll 4
+      for (int c = threadIdx.x; c < n4; c += detail::norm_row_threads)
+        xo[c] = detail::norm_scale4(xr[c], inv, __ldg(w4 + c));
+      __syncthreads();  // xs complete; norm_part free for the next row
+    }
+  }
   for (; c0 < chunks; c0 += iter, cp += 64 * iter, sp += 8 * iter, xp += std::int64_t(iter) * mma_chunk) {
     if (c0 != hw) load(c0);
 #pragma unroll
@@ -505,7 +542,10 @@ __global__ void __launch_bounds__(32 * mma_warps, MINB)
       if constexpr (S != tiled_scales::words) {
         uint4 xw[4];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) xw[i] = __ldg(reinterpret_cast<const uint4*>(xc + 32 * i));
+        for (int i = 0; i < 4; ++i) {
+          if constexpr (Norm) xw[i] = *reinterpret_cast<const uint4*>(xc + 32 * i);
+          else xw[i] = __ldg(reinterpret_cast<const uint4*>(xc + 32 * i));
+        }
         float tt[4] = {0.f, 0.f, 0.f, 0.f}, sx[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
         for (int i = 0; i < 4; ++i) tiled_word_products(tt, sx, word_of(wa[u], i), word_of(wb[u], i), xw[i]);
@@ -553,23 +593,53 @@ void launch_mma(const int4_gemv_args& a, cudaStream_t s) {
   CUDA_CHECK_LAUNCH();
 }
 
-template <bool OutF32, bool Swiglu, tiled_scales S>
+// Shared memory of the normalizing kernel: m rows of k bf16 (64 KB at m = 8
+// and k = 4096, past the 48 KB a launch gets unasked), allowed once per
+// instantiation and device.
+template <class K>
+void allow_norm_smem(K kernel) {
+  static std::mutex mu;
+  static bool done[16] = {};
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  if (dev >= 0 && dev < 16 && done[dev]) return;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  int(int4_gemv_max_rows * int4_gemv_max_norm_k * 2)));
+  if (dev >= 0 && dev < 16) done[dev] = true;
+}
+
+template <bool OutF32, bool Swiglu, bool Norm, tiled_scales S>
 void launch_tiled(const int4_gemv_args& a, cudaStream_t s) {
   const dim3 grid(unsigned(Swiglu ? a.n / 32 : (a.n + 15) / 16));
   const std::int64_t groups = (a.k + a.group - 1) / a.group;
-  detail::launch_kernel(int4_gemv_tiled_kernel<OutF32, Swiglu, S, tiled_unroll, tiled_min_blocks>, grid,
-                        dim3(32 * mma_warps), 0, s, a.dependent, reinterpret_cast<const bf16*>(a.x), a.ldx,
-                        reinterpret_cast<const uint4*>(a.codes), reinterpret_cast<const uint2*>(a.scale_zero),
+  const auto kernel = int4_gemv_tiled_kernel<OutF32, Swiglu, Norm, S, tiled_unroll, tiled_min_blocks>;
+  std::size_t smem = 0;
+  tiled_norm nrm;
+  if constexpr (Norm) {
+    allow_norm_smem(kernel);
+    smem = std::size_t(a.m * a.k * 2);
+    nrm = {a.norm.x, a.norm.ld, a.norm.weight, a.norm.eps};
+  }
+  detail::launch_kernel(kernel, grid, dim3(32 * mma_warps), smem, s, a.dependent, reinterpret_cast<const bf16*>(a.x),
+                        a.ldx, reinterpret_cast<const uint4*>(a.codes), reinterpret_cast<const uint2*>(a.scale_zero),
                         groups, unsigned(a.group / (S == tiled_scales::words ? 32 : mma_chunk)), a.y, a.ldy,
-                        a.accumulate, int(a.m), a.n, a.k);
+                        a.accumulate, int(a.m), a.n, a.k, nrm);
   CUDA_CHECK_LAUNCH();
 }
 
 template <bool OutF32, bool Swiglu>
 void launch_tiled_scales(const int4_gemv_args& a, cudaStream_t s) {
-  if (a.k % mma_chunk != 0 || a.group % mma_chunk != 0) launch_tiled<OutF32, Swiglu, tiled_scales::words>(a, s);
-  else if (a.group == mma_chunk) launch_tiled<OutF32, Swiglu, tiled_scales::chunk>(a, s);
-  else launch_tiled<OutF32, Swiglu, tiled_scales::chunks>(a, s);
+  if (a.norm.weight) {  // whole chunks only (int4_gemv checks)
+    if (a.group == mma_chunk) launch_tiled<OutF32, Swiglu, true, tiled_scales::chunk>(a, s);
+    else launch_tiled<OutF32, Swiglu, true, tiled_scales::chunks>(a, s);
+  } else if (a.k % mma_chunk != 0 || a.group % mma_chunk != 0) {
+    launch_tiled<OutF32, Swiglu, false, tiled_scales::words>(a, s);
+  } else if (a.group == mma_chunk) {
+    launch_tiled<OutF32, Swiglu, false, tiled_scales::chunk>(a, s);
+  } else {
+    launch_tiled<OutF32, Swiglu, false, tiled_scales::chunks>(a, s);
+  }
 }
 
 template <int M, bool OutF32>
@@ -622,6 +692,15 @@ void int4_gemv(const int4_gemv_args& a, stream_t s) {
     throw std::invalid_argument("int4_gemv: version " + std::to_string(a.version) +
                                 " reads the row layout; scale_zero is the tiled layout's (versions 7 and 9)");
   if (a.accumulate && a.out != gemm_out::f32) throw std::invalid_argument("int4_gemv: accumulate needs an f32 output");
+  if (a.norm.weight &&
+      (!tiles || a.version == 9 || !a.norm.x || a.k % mma_chunk != 0 || a.group % mma_chunk != 0 ||
+       a.k > int4_gemv_max_norm_k || a.norm.ld < a.k || a.norm.ld % 4 != 0 ||
+       reinterpret_cast<std::uintptr_t>(a.norm.x) % 16 != 0 || reinterpret_cast<std::uintptr_t>(a.norm.weight) % 16 != 0))
+    throw std::invalid_argument("int4_gemv: the RMSNorm of the input (norm) needs version 7, k and group multiples of "
+                                "128, k <= " + std::to_string(int4_gemv_max_norm_k) +
+                                ", and 16-byte aligned f32 rows (ld a multiple of 4, >= k) and weight; got version " +
+                                std::to_string(a.version) + " k=" + std::to_string(a.k) + " group=" +
+                                std::to_string(a.group) + " ld=" + std::to_string(a.norm.ld));
   if (a.out == gemm_out::swiglu && (!tiles || a.version == 9 || a.n % 32 != 0 || a.ldy < a.n / 2))
     throw std::invalid_argument("int4_gemv: the SwiGLU output needs version 7 (the tiled layout) and n = 2 x inter "
                                 "with inter a multiple of 16 and ldy >= inter; got version " +

@@ -46,11 +46,24 @@ struct int4_gemv_args {
   // (inter a multiple of 16), and y [m][inter] (ldy >= inter) gets
   // bf16(silu(g) * u) of the bf16-rounded products, the SwiGLU kernel's
   // result without its launch or the [m][n] intermediate.
+  // v7 only: when weight is given, x is not read; the kernel's input is
+  // RMSNorm(norm.x) (f32 rows of stride norm.ld, weight f32 [k]) rounded to
+  // bf16, bit for bit what kernels::cuda::rmsnorm (no delta) would have
+  // written for x: each block forms it in shared memory, so the norm's own
+  // launch goes. k and group multiples of 128, k <= int4_gemv_max_norm_k,
+  // rows and weight 16-byte aligned.
+  struct {
+    const float* x = nullptr;
+    std::int64_t ld = 0;
+    const float* weight = nullptr;
+    float eps = 1e-5f;
+  } norm;
   int version = 2;
   bool dependent = false;  // a programmatic dependent launch (kernels/cuda/launch.cuh)
 };
 
 constexpr std::int64_t int4_gemv_max_rows = 8;
+constexpr std::int64_t int4_gemv_max_norm_k = 8192;  // the normalizing kernel's rows live in shared memory
 
 // The version the model's draft uses unless told otherwise
 // (model::cuda_forward_options::int4_gemv_version, cuda_model::make_draft's

@@ -14,13 +14,14 @@
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/elementwise.hpp"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/norm_row.cuh"
 #include "kernels/cuda/vec.cuh"
 
 namespace specpipe::kernels::cuda {
 namespace {
 
 using detail::bf16;
-constexpr int norm_threads = 256;
+constexpr int norm_threads = detail::norm_row_threads;
 
 __device__ __forceinline__ float block_sum(float v) {
   __shared__ float warp_part[norm_threads / 32];
@@ -100,20 +101,16 @@ __global__ void __launch_bounds__(norm_threads)
       xv[j].w += hi.y;
       if (c < n4) x[c] = xv[j];
     }
-    ss += xv[j].x * xv[j].x + xv[j].y * xv[j].y + xv[j].z * xv[j].z + xv[j].w * xv[j].w;
+    ss = detail::sum_squares4(ss, xv[j]);  // chunks past the row are zeros: ss unchanged
   }
-  const float inv = rsqrtf(block_sum(ss) / float(hidden) + eps);
+  __shared__ float part[norm_threads / 32];
+  const float inv = detail::norm_inverse(detail::norm_block_sum(ss, part), hidden, eps);
   uint2* o = reinterpret_cast<uint2*>(out + blockIdx.x * ld_out);
 #pragma unroll
   for (int j = 0; j < NV; ++j) {
     const int c = threadIdx.x + j * norm_threads;
     if (c >= n4) break;
-    const __nv_bfloat162 lo = __floats2bfloat162_rn(xv[j].x * inv * wv[j].x, xv[j].y * inv * wv[j].y);
-    const __nv_bfloat162 hi = __floats2bfloat162_rn(xv[j].z * inv * wv[j].z, xv[j].w * inv * wv[j].w);
-    uint2 packed;
-    packed.x = *reinterpret_cast<const unsigned*>(&lo);
-    packed.y = *reinterpret_cast<const unsigned*>(&hi);
-    o[c] = packed;
+    o[c] = detail::norm_scale4(xv[j], inv, wv[j]);
   }
 }
 

@@ -6,7 +6,9 @@
 // kernels::cpu::tile_int4 on the way); v9 runs v7 where it does not fit.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "kernels/int4_linear.hpp"
 #include "kernels/int4_tiled.hpp"
@@ -319,6 +321,117 @@ TEST_F(cuda_int4_gemv, swiglu_needs_the_tiled_layout_and_whole_tiles) {
   EXPECT_THROW(kc::int4_gemv(a, nullptr), std::invalid_argument);
   a.n = 64;
   a.ldy = 31;  // shorter than inter
+  EXPECT_THROW(kc::int4_gemv(a, nullptr), std::invalid_argument);
+}
+
+// f32 outputs compared as bits (the fused and unfused paths must agree exactly).
+void expect_bytes_equal_f(const std::vector<float>& want, const std::vector<float>& got, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  int bad = 0;
+  for (std::size_t i = 0; i < got.size(); ++i)
+    if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0 && bad++ < 5)
+      ADD_FAILURE() << what << ": element " << i << " is " << got[i] << ", the unfused path's " << want[i];
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " elements differ";
+}
+
+// v7 normalizing its own input (int4_gemv_args::norm): the same output bits
+// as the RMSNorm kernel into bf16 followed by v7 on that, for f32 and bf16
+// outputs, accumulated or not, the SwiGLU epilogue, rows shorter than a
+// block's threads and rows of several chunks per thread.
+void run_norm_case(allocator& dev, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t group,
+                   kc::gemm_out out, bool acc, unsigned seed) {
+  std::mt19937 rng(seed);
+  const std::int64_t ldr = k + 4, ldy = out == kc::gemm_out::swiglu ? n / 2 : n + 3;
+  const auto w = random_values(rng, std::size_t(n * k));
+  const kcpu::int4_weights q = kcpu::quantize_int4(w.data(), dtype::f32, n, k, 0, group);
+  const kcpu::int4_tiled_weights tq = kcpu::tile_int4(q.view());
+  auto residual = random_values(rng, std::size_t(m * ldr), 6.f);
+  auto weight = random_values(rng, std::size_t(k));
+  for (auto& v : weight) v = 1.f + 0.25f * v;
+  const auto y0 = random_values(rng, std::size_t(m * ldy));
+  const float eps = 1e-5f;
+
+  dev_array<float> dres(dev, residual), dw(dev, weight);
+  dev_array<std::uint16_t> dxn(dev, std::size_t(m * k));
+  dev_array<std::uint8_t> dcodes(dev, tq.codes);
+  dev_array<std::uint16_t> dsz(dev, tq.scale_zero);
+  dev_array<float> yf_plain(dev, y0), yf_fused(dev, y0);
+  dev_array<std::uint16_t> yb_plain(dev, std::size_t(m * ldy)), yb_fused(dev, std::size_t(m * ldy));
+  const bool f32 = out == kc::gemm_out::f32;
+  kc::int4_gemv_args a;
+  a.version = 7;
+  a.codes = dcodes.get();
+  a.scale_zero = dsz.get();
+  a.group = group;
+  a.m = m;
+  a.n = n;
+  a.k = k;
+  a.out = out;
+  a.accumulate = acc;
+  a.ldy = ldy;
+  a.dependent = true;
+  // The unfused path: the RMSNorm kernel, then v7 on its bf16 rows.
+  kc::rmsnorm(dres.get(), ldr, nullptr, 0, dw.get(), dxn.get(), k, m, k, eps, nullptr);
+  a.x = dxn.get();
+  a.ldx = k;
+  a.y = f32 ? static_cast<void*>(yf_plain.get()) : static_cast<void*>(yb_plain.get());
+  kc::int4_gemv(a, nullptr);
+  // The fused one: x is not read (a null pointer would do; a wrong one shows it).
+  a.x = dxn.get() + 8;
+  a.norm.x = dres.get();
+  a.norm.ld = ldr;
+  a.norm.weight = dw.get();
+  a.norm.eps = eps;
+  a.y = f32 ? static_cast<void*>(yf_fused.get()) : static_cast<void*>(yb_fused.get());
+  kc::int4_gemv(a, nullptr);
+  const std::string what = "int4_gemv v7 norm m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" +
+                           std::to_string(k) + " group=" + std::to_string(group) + (acc ? " acc" : "");
+  if (f32) {
+    const auto p = yf_plain.download(), f = yf_fused.download();
+    expect_bytes_equal_f(p, f, what);
+  } else {
+    const auto p = yb_plain.download(), f = yb_fused.download();
+    EXPECT_TRUE(p == f) << what << ": bf16 outputs differ from the unfused path";
+    // And not vacuously: the outputs were written.
+    EXPECT_NE(std::count(f.begin(), f.end(), std::uint16_t(0xffff)), std::ptrdiff_t(f.size())) << what;
+  }
+}
+
+TEST_F(cuda_int4_gemv, normalizing_the_input_matches_the_rmsnorm_kernel_bit_for_bit) {
+  run_norm_case(*dev_, 1, 4096, 4096, 128, kc::gemm_out::bf16, false, 811);     // llama2-7b's qkv input
+  run_norm_case(*dev_, 1, 22016, 4096, 128, kc::gemm_out::swiglu, false, 812);  // its gate/up with the SwiGLU
+  run_norm_case(*dev_, 3, 1000, 1024, 128, kc::gemm_out::f32, true, 813);
+  run_norm_case(*dev_, 8, 64, 6144, 256, kc::gemm_out::bf16, false, 814);  // 6 chunks per thread, group of 2 chunks
+  run_norm_case(*dev_, 2, 48, 128, 128, kc::gemm_out::f32, false, 815);    // a row shorter than the block
+}
+
+TEST_F(cuda_int4_gemv, normalizing_needs_v7_whole_chunks_and_aligned_rows) {
+  alignas(16) std::uint8_t dummy[64] = {};
+  alignas(16) static float rows[16];
+  kc::int4_gemv_args a = small_args(dummy);
+  const auto* h = reinterpret_cast<const std::uint16_t*>(dummy);
+  a.norm.x = rows;
+  a.norm.ld = 128;
+  a.norm.weight = rows;
+  a.version = 2;  // the row layout
+  a.scale = a.zero = h;
+  EXPECT_THROW(kc::int4_gemv(a, nullptr), std::invalid_argument);
+  a.scale = a.zero = nullptr;
+  a.scale_zero = h;
+  a.version = 7;
+  a.norm.ld = 100;  // shorter than k
+  EXPECT_THROW(kc::int4_gemv(a, nullptr), std::invalid_argument);
+  a.norm.ld = 128;
+  a.norm.x = rows + 1;  // not 16-byte aligned
+  EXPECT_THROW(kc::int4_gemv(a, nullptr), std::invalid_argument);
+  a.norm.x = rows;
+  a.k = 96;  // not whole chunks
+  a.ldx = 96;
+  a.group = 32;
+  EXPECT_THROW(kc::int4_gemv(a, nullptr), std::invalid_argument);
+  a.k = 8192 + 128;  // past the shared-memory rows
+  a.ldx = a.norm.ld = a.k;
+  a.group = 128;
   EXPECT_THROW(kc::int4_gemv(a, nullptr), std::invalid_argument);
 }
 
