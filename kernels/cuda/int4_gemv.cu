@@ -224,15 +224,22 @@ __device__ __forceinline__ void accumulate_chunk(float (&acc)[4], const uint4& w
 
 // The block's 16 rows: each warp's partial sums over its chunks, merged in a
 // fixed order through shared memory, then written (or added) to y.
-template <bool OutF32>
-__device__ __forceinline__ void mma_write_rows(float (&part_s)[mma_warps][16][8], const float (&acc)[4], int warp,
-                                               int g, int t, std::int64_t row0, void* __restrict__ y,
-                                               std::int64_t ldy, bool accumulate, int m, std::int64_t n) {
+// The warp's C fragment (rows g and g + 8, columns 2t and 2t + 1) into the
+// block's partials, then a barrier: the writers below sum over warps.
+__device__ __forceinline__ void stash_parts(float (&part_s)[mma_warps][16][8], const float (&acc)[4], int warp, int g,
+                                            int t) {
   part_s[warp][g][2 * t] = acc[0];
   part_s[warp][g][2 * t + 1] = acc[1];
   part_s[warp][g + 8][2 * t] = acc[2];
   part_s[warp][g + 8][2 * t + 1] = acc[3];
   __syncthreads();
+}
+
+template <bool OutF32>
+__device__ __forceinline__ void mma_write_rows(float (&part_s)[mma_warps][16][8], const float (&acc)[4], int warp,
+                                               int g, int t, std::int64_t row0, void* __restrict__ y,
+                                               std::int64_t ldy, bool accumulate, int m, std::int64_t n) {
+  stash_parts(part_s, acc, warp, g, t);
   if (threadIdx.x < 128) {
     const int r = threadIdx.x >> 3, i = threadIdx.x & 7;
     float v = 0.f;
@@ -257,11 +264,7 @@ __device__ __forceinline__ void mma_write_rows(float (&part_s)[mma_warps][16][8]
 __device__ __forceinline__ void swiglu_write_rows(float (&part_s)[mma_warps][16][8], const float (&acc)[4], int warp,
                                                   int g, int t, std::int64_t row0, void* __restrict__ y,
                                                   std::int64_t ldy, int m, std::int64_t inter) {
-  part_s[warp][g][2 * t] = acc[0];
-  part_s[warp][g][2 * t + 1] = acc[1];
-  part_s[warp][g + 8][2 * t] = acc[2];
-  part_s[warp][g + 8][2 * t + 1] = acc[3];
-  __syncthreads();
+  stash_parts(part_s, acc, warp, g, t);
   if (threadIdx.x < 128) {
     const int r = threadIdx.x >> 3, i = threadIdx.x & 7;
     float gv = 0.f, uv = 0.f;

@@ -314,6 +314,46 @@ TEST_F(cuda_quantize, matches_cpu_codes_in_lane_order) {
 // per-(slot, head) runs: entry 0 writes groups 1..2 of slot 1, entry 1
 // nothing, entry 2 group 2 of slot 0 (positions 64..95, which straddle the
 // ring's end). Everything else of the runs keeps its poison.
+struct entry_arrays {  // device: per entry the slot, first group and group count
+  const std::int32_t *slot, *first, *count;
+};
+
+// The strides of per-(slot, head) runs of max_groups groups (what the
+// decode step's packed arrays are) and of a ring [slot][head][cap][d] of
+// source rows, with the rule and the entries: the arguments both ring tests
+// share. Pointers are the caller's.
+void set_runs_and_ring(kc::quantize_args& a, const rule_case& rc, int d, int heads, int group, int cap,
+                       std::int64_t max_groups, const entry_arrays& e) {
+  const std::int64_t block = std::int64_t(d) * group * rc.bits / 8, row = std::int64_t(d) * rc.bits / 8;
+  const std::int64_t ng = d / std::min(group, d);
+  a.src.slot_stride = std::int64_t(heads) * cap * d;
+  a.src.head_stride = std::int64_t(cap) * d;
+  a.src.row_stride = d;
+  a.src.ring = cap;
+  a.dst.k_head = max_groups * block;
+  a.dst.k_slot = heads * a.dst.k_head;
+  a.dst.k_group = block;
+  a.dst.ks_head = max_groups * d;
+  a.dst.ks_slot = heads * a.dst.ks_head;
+  a.dst.ks_group = d;
+  a.dst.v_head = max_groups * group * row;
+  a.dst.v_slot = heads * a.dst.v_head;
+  a.dst.v_token = row;
+  a.dst.vs_head = max_groups * group * ng;
+  a.dst.vs_slot = heads * a.dst.vs_head;
+  a.dst.vs_token = ng;
+  a.rule = rc.gpu;
+  a.bits = rc.bits;
+  a.group = group;
+  a.head_dim = d;
+  a.n_kv_heads = heads;
+  a.entry_slot = e.slot;
+  a.entry_first_group = e.first;
+  a.entry_groups = e.count;
+  a.entries = 3;
+  a.max_groups = 2;
+}
+
 TEST_F(cuda_quantize, ring_source_into_runs_with_skipped_entries) {
   for (const auto& rc : rules) {
     SCOPED_TRACE(rc.name);
@@ -349,12 +389,9 @@ TEST_F(cuda_quantize, ring_source_into_runs_with_skipped_entries) {
     dev_array<std::int32_t> slot(*dev_, std::vector<std::int32_t>{1, 0, 0}),
         first(*dev_, std::vector<std::int32_t>{1, 2, 2}), count(*dev_, std::vector<std::int32_t>{2, 0, 1});
     kc::quantize_args a;
+    set_runs_and_ring(a, rc, d, heads, group, cap, max_groups, {slot.get(), first.get(), count.get()});
     a.src.k = rk.get();
     a.src.v = rv.get();
-    a.src.slot_stride = std::int64_t(heads) * cap * d;
-    a.src.head_stride = std::int64_t(cap) * d;
-    a.src.row_stride = d;
-    a.src.ring = cap;
     a.dst.k_codes = kc_d.get();
     a.dst.v_codes = vc_d.get();
     if (hier) {
@@ -365,28 +402,6 @@ TEST_F(cuda_quantize, ring_source_into_runs_with_skipped_entries) {
     a.dst.k_zero = kz_d.get();
     a.dst.v_scale = vs_d.get();
     a.dst.v_zero = vz_d.get();
-    a.dst.k_head = max_groups * block;
-    a.dst.k_slot = heads * a.dst.k_head;
-    a.dst.k_group = block;
-    a.dst.ks_head = max_groups * d;
-    a.dst.ks_slot = heads * a.dst.ks_head;
-    a.dst.ks_group = d;
-    a.dst.v_head = max_groups * group * row;
-    a.dst.v_slot = heads * a.dst.v_head;
-    a.dst.v_token = row;
-    a.dst.vs_head = max_groups * group * ng;
-    a.dst.vs_slot = heads * a.dst.vs_head;
-    a.dst.vs_token = ng;
-    a.rule = rc.gpu;
-    a.bits = rc.bits;
-    a.group = group;
-    a.head_dim = d;
-    a.n_kv_heads = heads;
-    a.entry_slot = slot.get();
-    a.entry_first_group = first.get();
-    a.entry_groups = count.get();
-    a.entries = 3;
-    a.max_groups = 2;
     kc::quantize_groups(a, nullptr);
     const auto kc_h = kc_d.download(), kl_h = kl_d.download(), vc_h = vc_d.download(), vl_h = vl_d.download();
     const auto ks_h = ks_d.download(), kz_h = kz_d.download(), vs_h = vs_d.download(), vz_h = vz_d.download();
@@ -658,12 +673,9 @@ TEST_F(cuda_quantize, several_layers_in_one_launch_equal_one_launch_per_layer) {
           first(*dev_, std::vector<std::int32_t>{0, 1, 2}), count(*dev_, std::vector<std::int32_t>{2, 0, 1});
       const auto args = [&](std::uint8_t* base, int layer) {
         kc::quantize_args a;
+        set_runs_and_ring(a, rc, d, heads, group, cap, max_groups, {slot.get(), first.get(), count.get()});
         a.src.k = dring.get() + 2 * layer * ring_elems;
         a.src.v = a.src.k + ring_elems;
-        a.src.slot_stride = std::int64_t(heads) * cap * d;
-        a.src.head_stride = std::int64_t(cap) * d;
-        a.src.row_stride = d;
-        a.src.ring = cap;
         std::uint8_t* b = base + layer * layer_bytes;
         a.dst.order = order;
         a.dst.k_codes = b;
@@ -677,28 +689,6 @@ TEST_F(cuda_quantize, several_layers_in_one_launch_equal_one_launch_per_layer) {
         a.dst.k_zero = reinterpret_cast<std::uint16_t*>(sc + ksb);
         a.dst.v_scale = reinterpret_cast<std::uint16_t*>(sc + 2 * ksb);
         a.dst.v_zero = reinterpret_cast<std::uint16_t*>(sc + 2 * ksb + vsb);
-        a.dst.k_head = max_groups * block;
-        a.dst.k_slot = heads * a.dst.k_head;
-        a.dst.k_group = block;
-        a.dst.ks_head = max_groups * d;
-        a.dst.ks_slot = heads * a.dst.ks_head;
-        a.dst.ks_group = d;
-        a.dst.v_head = max_groups * group * row;
-        a.dst.v_slot = heads * a.dst.v_head;
-        a.dst.v_token = row;
-        a.dst.vs_head = max_groups * group * ng;
-        a.dst.vs_slot = heads * a.dst.vs_head;
-        a.dst.vs_token = ng;
-        a.rule = rc.gpu;
-        a.bits = rc.bits;
-        a.group = group;
-        a.head_dim = d;
-        a.n_kv_heads = heads;
-        a.entry_slot = slot.get();
-        a.entry_first_group = first.get();
-        a.entry_groups = count.get();
-        a.entries = 3;
-        a.max_groups = 2;
         return a;
       };
       auto all = args(one.get(), 0);
