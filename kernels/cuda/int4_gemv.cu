@@ -599,15 +599,17 @@ void launch_mma(const int4_gemv_args& a, cudaStream_t s) {
 // Shared memory of the normalizing kernel: m rows of k bf16 (64 KB at m = 8
 // and k = 4096, past the 48 KB a launch gets unasked), allowed once per
 // instantiation and device.
-template <class K>
-void allow_norm_smem(K kernel) {
+// (A template on the kernel itself: its statics are then per instantiation;
+// on the kernel's type they were shared by every instantiation alike.)
+template <auto Kernel>
+void allow_norm_smem() {
   static std::mutex mu;
   static bool done[16] = {};
   int dev = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   std::lock_guard<std::mutex> lock(mu);
   if (dev >= 0 && dev < 16 && done[dev]) return;
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   int(int4_gemv_max_rows * int4_gemv_max_norm_k * 2)));
   if (dev >= 0 && dev < 16) done[dev] = true;
 }
@@ -616,11 +618,11 @@ template <bool OutF32, bool Swiglu, bool Norm, tiled_scales S>
 void launch_tiled(const int4_gemv_args& a, cudaStream_t s) {
   const dim3 grid(unsigned(Swiglu ? a.n / 32 : (a.n + 15) / 16));
   const std::int64_t groups = (a.k + a.group - 1) / a.group;
-  const auto kernel = int4_gemv_tiled_kernel<OutF32, Swiglu, Norm, S, tiled_unroll, tiled_min_blocks>;
+  constexpr auto kernel = int4_gemv_tiled_kernel<OutF32, Swiglu, Norm, S, tiled_unroll, tiled_min_blocks>;
   std::size_t smem = 0;
   tiled_norm nrm;
   if constexpr (Norm) {
-    allow_norm_smem(kernel);
+    allow_norm_smem<kernel>();
     smem = std::size_t(a.m * a.k * 2);
     nrm = {a.norm.x, a.norm.ld, a.norm.weight, a.norm.eps};
   }

@@ -29,7 +29,13 @@ void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = dependent ? 1 : 0;
-  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+  if (e != cudaSuccess) {
+    // A refused launch (bad shape, too much shared memory) is not sticky:
+    // clear it, so the next launch's check does not report it again.
+    (void)cudaGetLastError();
+    throw_cuda_error(__FILE__, __LINE__, "cudaLaunchKernelEx", cudaGetErrorString(e));
+  }
 }
 
 }  // namespace specpipe::kernels::cuda::detail
