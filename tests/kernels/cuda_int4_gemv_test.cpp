@@ -30,24 +30,37 @@ class cuda_int4_gemv : public cuda_test {};
 namespace kc = kernels::cuda;
 namespace kcpu = kernels::cpu;
 
+// Random weights [n][k] (in [-1, 1] with outliers up to 8) quantized in
+// groups, bf16-exact inputs [m][ldx], and the CPU reference's y [m][n] on them.
+struct reference_case {
+  kcpu::int4_weights q;
+  std::vector<float> x, y;
+};
+
+reference_case make_reference_case(std::mt19937& rng, std::int64_t m, std::int64_t n, std::int64_t k,
+                                   std::int64_t group, std::int64_t ldx) {
+  const auto w = random_values(rng, std::size_t(n * k));
+  reference_case c{kcpu::quantize_int4(w.data(), dtype::f32, n, k, 0, group),
+                   round_bf16(random_values(rng, std::size_t(m * ldx))), std::vector<float>(std::size_t(m * n))};
+  kcpu::int4_linear_args ra;
+  ra.x = c.x.data();
+  ra.x_stride = ldx;
+  ra.w = c.q.view();
+  ra.y = c.y.data();
+  ra.n = m;
+  kcpu::int4_linear(ra);
+  return c;
+}
+
 void run_case(allocator& dev, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t group, kc::gemm_out out,
               bool acc, unsigned seed, std::initializer_list<int> versions = {1, 2, 3, 4, 7, 9}) {
   std::mt19937 rng(seed);
   const std::int64_t ldx = k + 8, ldy = n + 3;
-  const auto w = random_values(rng, std::size_t(n * k));  // [-1, 1] with outliers up to 8
-  const kcpu::int4_weights q = kcpu::quantize_int4(w.data(), dtype::f32, n, k, 0, group);
-  const auto x = round_bf16(random_values(rng, std::size_t(m * ldx)));
+  const reference_case c = make_reference_case(rng, m, n, k, group, ldx);
+  const kcpu::int4_weights& q = c.q;
+  const std::vector<float>& x = c.x;
+  const std::vector<float>& ref_y = c.y;
   const auto y0 = random_values(rng, std::size_t(m * ldy));
-
-  // CPU reference on the same bf16 inputs.
-  std::vector<float> ref_y(std::size_t(m * n));
-  kcpu::int4_linear_args ra;
-  ra.x = x.data();
-  ra.x_stride = ldx;
-  ra.w = q.view();
-  ra.y = ref_y.data();
-  ra.n = m;
-  kcpu::int4_linear(ra);
 
   // Every version on the same inputs (v2, v3 and v4 where k and group are
   // multiples of 128, else they fall back to v1; v7 and v9 on the tiled
@@ -221,17 +234,10 @@ void run_swiglu_case(allocator& dev, std::int64_t m, std::int64_t inter, std::in
                      unsigned seed) {
   std::mt19937 rng(seed);
   const std::int64_t n = 2 * inter, ldx = k + 8, ldy = inter + 5;
-  const auto w = random_values(rng, std::size_t(n * k));
-  const kcpu::int4_weights q = kcpu::quantize_int4(w.data(), dtype::f32, n, k, 0, group);
-  const auto x = round_bf16(random_values(rng, std::size_t(m * ldx)));
-  std::vector<float> gu(std::size_t(m * n));
-  kcpu::int4_linear_args ra;
-  ra.x = x.data();
-  ra.x_stride = ldx;
-  ra.w = q.view();
-  ra.y = gu.data();
-  ra.n = m;
-  kcpu::int4_linear(ra);
+  const reference_case c = make_reference_case(rng, m, n, k, group, ldx);
+  const kcpu::int4_weights& q = c.q;
+  const std::vector<float>& x = c.x;
+  const std::vector<float>& gu = c.y;
   std::vector<double> ref;
   for (std::int64_t i = 0; i < m; ++i)
     for (std::int64_t j = 0; j < inter; ++j) {
