@@ -31,8 +31,14 @@
 // computed after them, their loads batched, spread over the four warps and
 // merged into each warp's online softmax (exact f32 scores and values).
 //
-// Error: Q' = f16(f16(q scale log2 e) s) and P' = f16(f16(p) s), two
-// roundings each (v3: one); the test tolerance (5e-3) is v3's.
+// Codes enter the MMAs as f16 subnormals c 2^(p - 24) (one AND each,
+// packed_lane_mma.cuh's sub_pair): Q' takes 2^-p per channel pair and the
+// scores 2^24; P' of positions + 8 takes 2^-VT and O^T's packed part 2^(24 - p)
+// per channel row before the window's rows join it.
+//
+// Error: Q' = f16(f16(f16(q scale log2 e) s) 2^-p) and P' = f16(f16(p) s),
+// two roundings each (v3: one; the 2^-p ones are exact above f16's normals,
+// 2^-25 absolute below); the test tolerance (5e-3) is v3's.
 //
 // The kernel itself, included by packed_attention_v4.cu alone (which holds
 // the launch: shapes, shared-memory layout, dispatch over the template
@@ -133,6 +139,11 @@ __global__ void __launch_bounds__(threads, MINB) packed_attention_v4_kernel(pack
   constexpr int VG = D / NG;                          // channels per value group
   constexpr int MT_PER_G = VG / 16;                   // m-tiles of 16 channels per value group
   constexpr stage_layout L = stage_layout_of(B, LOWER, NG);
+  // The codes' bit offsets (sub_pair): keys by channel pair, values by
+  // channel row plus VT for positions + 8.
+  constexpr int BP = LOWER ? 4 : B;
+  constexpr int VT = lane_order::value_token_shift(BP);
+  static_assert(VT >= 0, "lane order: a value pair's shift must split into channel and position parts");
   extern __shared__ __align__(16) unsigned char smem[];
   detail::grid_dependency_wait();
 
@@ -410,6 +421,13 @@ __global__ void __launch_bounds__(threads, MINB) packed_attention_v4_kernel(pack
           const unsigned m8 = h2(f16_sign | f16_pow2(3));  // (-8, -8)
           mma16816(bacc, m8, m8, m8, m8, bq[j][0], bq[j][1]);
         }
+        // The codes come as c 2^(p - 24) (sub_pair): Q' takes the 2^-p of
+        // its channels' pair, the scores the 2^24 (exact unless Q' falls
+        // below f16's normals, 2^-14: then 2^-25 absolute at most).
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          if (lane_order::pair_shift(2 * j + h, BP) != 0)
+            bq[j][h] = hmul2_raw(bq[j][h], h2(f16_pow2(-lane_order::pair_shift(2 * j + h, BP))));
       }
       base[0] = bacc[0];
       base[1] = bacc[1];
@@ -419,7 +437,7 @@ __global__ void __launch_bounds__(threads, MINB) packed_attention_v4_kernel(pack
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt) {
 #pragma unroll
-      for (int r = 0; r < 4; ++r) p[mt][r] = base[r & 1];
+      for (int r = 0; r < 4; ++r) p[mt][r] = 0.f;
       unsigned klo[B], khi[B];
       lds_words<B>(st + (16 * mt + g) * ROWB + t * 4 * B, klo);
       lds_words<B>(st + (16 * mt + 8 + g) * ROWB + t * 4 * B, khi);
@@ -429,14 +447,16 @@ __global__ void __launch_bounds__(threads, MINB) packed_attention_v4_kernel(pack
         lds_words<4>(st + L.kl + (16 * mt + 8 + g) * 64 + t * 16, lhi);
 #pragma unroll
         for (int j = 0; j < 8; ++j)
-          mma16816(p[mt], code_pair8(klo, llo, 2 * j), code_pair8(khi, lhi, 2 * j), code_pair8(klo, llo, 2 * j + 1),
-                   code_pair8(khi, lhi, 2 * j + 1), bq[j][0], bq[j][1]);
+          mma16816(p[mt], sub_pair8(klo, llo, 2 * j), sub_pair8(khi, lhi, 2 * j), sub_pair8(klo, llo, 2 * j + 1),
+                   sub_pair8(khi, lhi, 2 * j + 1), bq[j][0], bq[j][1]);
       } else {
 #pragma unroll
         for (int j = 0; j < 8; ++j)
-          mma16816(p[mt], code_pair<B>(klo, 2 * j), code_pair<B>(khi, 2 * j), code_pair<B>(klo, 2 * j + 1),
-                   code_pair<B>(khi, 2 * j + 1), bq[j][0], bq[j][1]);
+          mma16816(p[mt], sub_pair<B>(klo, 2 * j), sub_pair<B>(khi, 2 * j), sub_pair<B>(klo, 2 * j + 1),
+                   sub_pair<B>(khi, 2 * j + 1), bq[j][0], bq[j][1]);
       }
+#pragma unroll
+      for (int r = 0; r < 4; ++r) p[mt][r] = fmaf(p[mt][r], f32_pow2(24), base[r & 1]);
     }
     softmax(p0, p);
 
@@ -446,6 +466,9 @@ __global__ void __launch_bounds__(threads, MINB) packed_attention_v4_kernel(pack
     for (int mt = 0; mt < 2; ++mt) {
       const unsigned pb0 = transpose8x8(pack_f16(p[mt][0], p[mt][1]));
       const unsigned pb1 = transpose8x8(pack_f16(p[mt][2], p[mt][3]));
+      // The codes of positions + 8 (a2, a3) sit VT bits above those of a0,
+      // a1 (value_token_shift): their P' takes the 2^-VT.
+      const unsigned pb1v = VT != 0 ? hmul2_raw(pb1, h2(f16_pow2(-VT))) : pb1;
       const std::uint16_t* vs = reinterpret_cast<const std::uint16_t*>(st + L.vs);
       const std::uint16_t* vz = reinterpret_cast<const std::uint16_t*>(st + L.vz);
       const int t0 = mt * 16 + 2 * t, t1 = t0 + 8;  // positions of b0 (and + 1), of b1 (and + 1)
@@ -466,7 +489,7 @@ __global__ void __launch_bounds__(threads, MINB) packed_attention_v4_kernel(pack
           s1 = hmul2_raw(s1, h2_sixteenth);
         }
         pp0[cg] = hmul2_raw(pb0, s0);
-        pp1[cg] = hmul2_raw(pb1, s1);
+        pp1[cg] = hmul2_raw(pb1v, s1);
       }
       unsigned vw[2 * B];
       lds_words<2 * B>(st + L.vc + mt * lane_order::value_block_bytes(B) + lane * 8 * B, vw);
@@ -476,21 +499,27 @@ __global__ void __launch_bounds__(threads, MINB) packed_attention_v4_kernel(pack
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
           const int cg = j / MT_PER_G;
-          mma16816(o[j], code_pair8(vw, lw, 4 * j), code_pair8(vw, lw, 4 * j + 1), code_pair8(vw, lw, 4 * j + 2),
-                   code_pair8(vw, lw, 4 * j + 3), pp0[cg], pp1[cg]);
+          mma16816(o[j], sub_pair8(vw, lw, 4 * j), sub_pair8(vw, lw, 4 * j + 1), sub_pair8(vw, lw, 4 * j + 2),
+                   sub_pair8(vw, lw, 4 * j + 3), pp0[cg], pp1[cg]);
         }
       } else {
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
           const int cg = j / MT_PER_G;
-          mma16816(o[j], code_pair<B>(vw, 4 * j), code_pair<B>(vw, 4 * j + 1), code_pair<B>(vw, 4 * j + 2),
-                   code_pair<B>(vw, 4 * j + 3), pp0[cg], pp1[cg]);
+          mma16816(o[j], sub_pair<B>(vw, 4 * j), sub_pair<B>(vw, 4 * j + 1), sub_pair<B>(vw, 4 * j + 2),
+                   sub_pair<B>(vw, 4 * j + 3), pp0[cg], pp1[cg]);
         }
       }
     }
   }
   detail::cp_async_wait<0>();
   __syncwarp();
+  // O^T's packed part to its true scale: channel row (16 j + g, + 8 for
+  // r >= 2) gathered its codes as c 2^(p - 24), p its pair's shift at a0/a1.
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) o[j][r] *= f32_pow2(24 - lane_order::pair_shift(4 * j + (r >> 1), BP));
 
   // The window's chunks (bf16 ring, read straight from global memory): the
   // same MMAs with f16 conversions and unit scales, q and p each as two f16

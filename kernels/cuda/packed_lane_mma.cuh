@@ -62,30 +62,32 @@ __device__ __forceinline__ float exp2_ftz(float x) {
 constexpr unsigned h2_sixteenth = h2(f16_pow2(-4));            // (1/16, 1/16)
 constexpr unsigned h2_minus_half = h2(f16_sign | f16_pow2(-1));  // (-0.5, -0.5)
 
-// Pair i of a lane's words as the exact f16x2 codes (packed_lane_order.hpp):
-// AND/OR into the mantissas of 1024.0, then x 2^-p minus 1024 2^-p.
+// Pair i of a lane's words as f16x2 subnormals c 2^(p - 24), p =
+// lane_order::pair_shift(i, B): one AND (and a shift per word for bytes 1 and 3). The
+// code lies in the mantissa under a zero exponent (p + B <= 8 < 10), so each
+// half is exactly c 2^p times f16's smallest subnormal 2^-24. The MMAs take
+// subnormal f16 operands exactly (products and the f32 sum are far above
+// f32's subnormals), so the 2^(p - 24) factors are folded into the other
+// operand (2^-p) and the f32 result (2^24), with no bias to take off: the
+// 1024 + c bias that the earlier HFMA2 removed could not be folded that way
+// (its f32 sum cancels; NOTES.md, Stop 21 and Stop 31).
 template <int B>
-__device__ __forceinline__ unsigned raw_pair(const unsigned* w, int i) {
+__device__ __forceinline__ unsigned sub_pair(const unsigned* w, int i) {
   constexpr int PW = lane_order::pairs_per_word(B), PH = lane_order::pairs_per_half(B);
-  const int s = i % PW, p = (s % PH) * B;
+  const int s = i % PW, p = lane_order::pair_shift(i, B);
   const unsigned x = s >= PH ? (w[i / PW] >> 8) : w[i / PW];
   constexpr unsigned m = (1u << B) - 1u;
-  return detail::and_or(x, (m << p) | (m << (p + 16)), 0x64006400u);
+  return x & ((m << p) | (m << (p + 16)));
 }
-template <int B>
-__device__ __forceinline__ unsigned code_pair(const unsigned* w, int i) {
-  const int p = ((i % lane_order::pairs_per_word(B)) % lane_order::pairs_per_half(B)) * B;
-  // (1024 + 2^p c) 2^-p - 2^(10-p) = c
-  return hfma2_raw(raw_pair<B>(w, i), h2(f16_pow2(-p)), h2(f16_sign | f16_pow2(10 - p)));
+// The INT8 read of hier (both planes 4-bit in the same order) as (16 u + l)
+// 2^(p - 24): u's subnormal times 16 plus l's, exact (at most 8 significant
+// bits; fma.rn.f16x2 without .ftz keeps subnormals).
+__device__ __forceinline__ unsigned sub_pair8(const unsigned* u, const unsigned* l, int i) {
+  return hfma2_raw(sub_pair<4>(u, i), h2(f16_pow2(4)), sub_pair<4>(l, i));
 }
-// INT8 read of hier: 16 U + L, both planes 4-bit in the same order.
-__device__ __forceinline__ unsigned code_pair8(const unsigned* u, const unsigned* l, int i) {
-  const int p = ((i % lane_order::pairs_per_word(4)) % lane_order::pairs_per_half(4)) * 4;
-  // x = (1024 + 2^p u) 2^(4-p) - 17 2^(10-p) = 16 u - 2^(10-p) (exact; 17 = 1.0625 * 16),
-  // then (1024 + 2^p l) 2^-p + x = 16 u + l (exact).
-  const unsigned x = hfma2_raw(raw_pair<4>(u, i), h2(f16_pow2(4 - p)), h2(f16_sign | f16_pow2(14 - p) | 64u));
-  return hfma2_raw(raw_pair<4>(l, i), h2(f16_pow2(-p)), x);
-}
+
+// f32 2^e for normal results (an immediate once an unrolled loop fixes e).
+__device__ __forceinline__ float f32_pow2(int e) { return __int_as_float((127 + e) << 23); }
 
 template <int NG>
 __device__ __forceinline__ void token_pairs(const std::uint16_t* at_t0, unsigned (&out)[NG]) {

@@ -32,9 +32,10 @@
 // of a word keeps its lower code at bit 8 (s / (8 / b)) + b (s % (8 / b))
 // and its upper code 16 bits above. Slots 0 .. 8/b - 1 therefore sit in
 // bytes 0 and 2 at bit offsets p = 0, b, .., 8 - b, the others in bytes 1
-// and 3: one AND/OR with (mask << p) | (mask << (p + 16)) | 0x64006400 (on
-// the word, or on the word >> 8) makes an f16x2 of 1024 + 2^p code, and one
-// HFMA2 by 2^-p takes the bias off (exact: 2^p code < 256).
+// and 3: one AND with (mask << p) | (mask << (p + 16)) (on the word, or on
+// the word >> 8) makes an f16x2 of the subnormals 2^(p - 24) code, exact;
+// the kernel folds the 2^(p - 24) into the other operand and the result
+// (packed_lane_mma.cuh, sub_pair).
 //
 // Only head_dim 128 (the shapes this runtime serves); other head sizes keep
 // the CPU order and the v3 kernel. Code widths: 1, 2 and 4 bits (hier's
@@ -64,6 +65,22 @@ SPECPIPE_HD constexpr int pairs_per_half(int b) { return 8 / b; }
 SPECPIPE_HD constexpr int pair_bit(int i, int hi, int b) {
   const int w = i / pairs_per_word(b), s = i % pairs_per_word(b);
   return 32 * w + 8 * (s / pairs_per_half(b)) + 16 * hi + (s % pairs_per_half(b)) * b;
+}
+
+// Bit offset p of pair i's codes inside their 16-bit halves once the pairs
+// of bytes 1 and 3 are shifted down by 8 (pair_bit's slot s % (8 / b)).
+SPECPIPE_HD constexpr int pair_shift(int i, int b) { return (i % pairs_per_word(b)) % pairs_per_half(b) * b; }
+
+// A value pair i = 4 j + r (m-tile j, A register r: channel + 8 for r & 1,
+// positions + 8 for r >= 2) lies pair_shift(4 j + (r & 1)) + VT bits up, VT
+// the same for every j: this VT (what the kernel's P' of positions + 8
+// compensates), or -1 where the order had no such split.
+SPECPIPE_HD constexpr int value_token_shift(int b) {
+  const int vt = pair_shift(2, b) - pair_shift(0, b);
+  for (int j = 0; j < 8; ++j)
+    for (int c8 = 0; c8 < 2; ++c8)
+      if (pair_shift(4 * j + 2 + c8, b) - pair_shift(4 * j + c8, b) != vt) return -1;
+  return vt;
 }
 
 // Key codes: bit offset of channel c (0 .. 127) within a token's row of

@@ -5,6 +5,7 @@
 // here independently of the header's arithmetic).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <set>
 #include <vector>
 
@@ -83,14 +84,45 @@ TEST(packed_lane_order, value_operands_sit_where_each_lane_loads_them) {
             }
 }
 
-TEST(packed_lane_order, extraction_positions_stay_inside_an_f16_mantissa) {
-  // 1024 + 2^p code is exact in f16 when the code's bits end below bit 8.
+// The value of an f16 bit pattern, spelled out (subnormals included).
+double f16_value(unsigned bits) {
+  const int e = int(bits >> 10) & 31, m = int(bits & 1023u);
+  const double mag = e == 0 ? std::ldexp(double(m), -24) : std::ldexp(1024.0 + m, e - 25);
+  return (bits & 0x8000u) ? -mag : mag;
+}
+
+TEST(packed_lane_order, extraction_makes_subnormals_of_the_codes) {
+  // The kernel ANDs pair i's word (shifted down 8 for bytes 1 and 3) with
+  // (m << p) | (m << (p + 16)), p = pair_shift: each half must then be the
+  // f16 code 2^(p - 24) exactly, for every code, at the pair's own bits.
   for (const int b : {1, 2, 4})
-    for (int i = 0; i < 32; ++i)
-      for (int hi = 0; hi < 2; ++hi) {
-        const int p = extracted_bit(i, hi, b) % 8;
-        EXPECT_LE(p + b, 8) << "b=" << b << " i=" << i;
+    for (int i = 0; i < 32; ++i) {
+      const int p = lo::pair_shift(i, b), pw = 16 / b, ph = 8 / b, s = i % pw;
+      EXPECT_LE(p + b, 10) << "b=" << b << " i=" << i;  // inside the mantissa, under a zero exponent
+      for (int hi = 0; hi < 2; ++hi)
+        EXPECT_EQ(32 * (i / pw) + (s >= ph ? 8 : 0) + 16 * hi + p, extracted_bit(i, hi, b)) << "b=" << b << " i=" << i;
+      for (unsigned code = 0; code < (1u << b); ++code) {
+        const unsigned word = (code << p) | ((((1u << b) - 1u) - code) << (p + 16));
+        EXPECT_EQ(f16_value(word & 0xffffu), std::ldexp(double(code), p - 24)) << "b=" << b << " i=" << i;
+        EXPECT_EQ(f16_value(word >> 16), std::ldexp(double((1u << b) - 1u - code), p - 24));
       }
+    }
+}
+
+TEST(packed_lane_order, value_shifts_split_into_channel_and_position_parts) {
+  // The kernel scales P' of positions + 8 (A registers a2, a3) by 2^-VT and
+  // each channel row of O^T by 2^(24 - p) of its a0 / a1 pair: that is
+  // exact only if every pair's shift is its channel part plus VT.
+  const int expect[3] = {2, 4, 0};
+  int k = 0;
+  for (const int b : {1, 2, 4}) {
+    const int vt = lo::value_token_shift(b);
+    EXPECT_EQ(vt, expect[k++]) << "b=" << b;
+    for (int j = 0; j < 8; ++j)
+      for (int r = 0; r < 4; ++r)
+        EXPECT_EQ(lo::pair_shift(4 * j + r, b), lo::pair_shift(4 * j + (r & 1), b) + (r >> 1) * vt)
+            << "b=" << b << " j=" << j << " r=" << r;
+  }
 }
 
 }  // namespace
