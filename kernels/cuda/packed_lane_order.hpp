@@ -60,16 +60,16 @@ inline constexpr int head_dim = 128;
 SPECPIPE_HD constexpr int pairs_per_word(int b) { return 16 / b; }
 SPECPIPE_HD constexpr int pairs_per_half(int b) { return 8 / b; }
 
+// Bit offset p of pair i's codes inside their 16-bit halves once the pairs
+// of bytes 1 and 3 are shifted down by 8 (the slot s % (8 / b) times b).
+SPECPIPE_HD constexpr int pair_shift(int i, int b) { return (i % pairs_per_word(b)) % pairs_per_half(b) * b; }
+
 // Bit offset, from the start of a lane's stream, of pair i's lower (hi = 0)
 // or upper (hi = 1) code.
 SPECPIPE_HD constexpr int pair_bit(int i, int hi, int b) {
   const int w = i / pairs_per_word(b), s = i % pairs_per_word(b);
-  return 32 * w + 8 * (s / pairs_per_half(b)) + 16 * hi + (s % pairs_per_half(b)) * b;
+  return 32 * w + 8 * (s / pairs_per_half(b)) + 16 * hi + pair_shift(i, b);
 }
-
-// Bit offset p of pair i's codes inside their 16-bit halves once the pairs
-// of bytes 1 and 3 are shifted down by 8 (pair_bit's slot s % (8 / b)).
-SPECPIPE_HD constexpr int pair_shift(int i, int b) { return (i % pairs_per_word(b)) % pairs_per_half(b) * b; }
 
 // A value pair i = 4 j + r (m-tile j, A register r: channel + 8 for r & 1,
 // positions + 8 for r >= 2) lies pair_shift(4 j + (r & 1)) + VT bits up, VT
