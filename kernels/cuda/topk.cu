@@ -5,8 +5,8 @@
 // to hide under).
 //
 //  Stage 1, one block per (chunk of 2048 positions, KV head, row):
-//    avg[j] = (sum over the group's heads, in order, of p_h[j]) * (1 / group)
-//    into shared memory (the excluded position ineligible), then the chunk's
+//    sum[j] = sum over the group's heads, in order, of p_h[j] (the mean's
+//    order without the mean's rounding, as the CPU ranks) into shared memory (the excluded position ineligible), then the chunk's
 //    own top min(k, eligible) by the strict order (value desc, position asc),
 //    written sorted to the scratch with their count.
 //  Stage 2, one block per (KV head, row): the top min(k, eligible) of the
@@ -253,7 +253,6 @@ __global__ void __launch_bounds__(local_threads) topk_local_kernel(topk_args a) 
     r_s[tid] = __frcp_rn(ml[1]);
   }
   __syncthreads();
-  const float inv = 1.0f / float(group);
   const float* base = a.values + std::int64_t(r) * a.n_heads * a.stride + c0;
   // Each thread's chunk_len / local_threads positions: one head at a time,
   // all of a head's loads issued together (one memory round trip per head,
@@ -295,7 +294,10 @@ __global__ void __launch_bounds__(local_threads) topk_local_kernel(topk_args a) 
     const int i = tid + u * local_threads;
     if (i < n) {
       const bool out = c0 + i == excl;
-      keys[i] = out ? ineligible : __float_as_uint(__fmul_rn(sum[u], inv));
+      // Ranked by the sum, as the CPU ranks (cpu::topk_gqa): the mean's
+      // order, but a product with an inexact 1 / group (a group of 3, 5 or
+      // 7) or one rounding denormal sums would tie sums that differ.
+      keys[i] = out ? ineligible : __float_as_uint(sum[u]);
       mine += out ? 0 : 1;
     }
   }

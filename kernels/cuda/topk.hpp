@@ -2,8 +2,9 @@
 // SpeCache's top-k on the GPU: the CUDA twin of kernels/topk.hpp
 // (cpu::topk_gqa). Per query row and KV head, the k positions with the
 // largest softmax probability averaged over the query heads of the GQA group
-// (summed in head order, times 1/group, as the CPU does), excluding one
-// position; ties go to the lower position; output by descending average.
+// (ranked, as the CPU ranks, by the sum in head order: the average's order
+// without its rounding), excluding one position; ties go to the lower
+// position; output by descending average.
 //
 // Input is either probabilities, or the raw log2 scores of packed_attention
 // with its combined (max, sum) per head, normalized on the fly exactly as

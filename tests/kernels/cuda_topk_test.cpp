@@ -94,8 +94,8 @@ kc::topk_args device_args(const float* values, int stride, const std::int32_t* l
   return a;
 }
 
-void ties_and_exclusions(allocator& dev, int stride, const std::vector<row_case>& rows, unsigned seed) {
-  const int heads = 8, kv = 2;
+void ties_and_exclusions(allocator& dev, int stride, const std::vector<row_case>& rows, unsigned seed,
+                         int heads = 8, int kv = 2) {
   std::mt19937 rng(seed);
   // 0: continuous values; > 0: probabilities on a grid of 1/grid (ties);
   // -1: values that differ only in their lowest 9 bits (the radix passes
@@ -150,6 +150,15 @@ TEST_F(cuda_topk, matches_cpu_with_ties_and_exclusions) {
 // edges, rows ending exactly on and just past a chunk.
 TEST_F(cuda_topk, long_rows_across_chunks) {
   ties_and_exclusions(*dev_, 20000, {{20000, -1}, {19999, 4097}, {2049, 2048}, {4096, 0}, {7000, 6143}}, 3050);
+}
+
+// Groups of three and five heads (28 / 4 = 7 in some models): 1 / group is
+// inexact, so ranking by the group's mean in f32 would tie distinct sums
+// that the CPU, which ranks by the sum, keeps apart; on the grid of
+// probabilities the ties then went to the lower position.
+TEST_F(cuda_topk, groups_of_three_and_five_rank_like_the_cpu) {
+  ties_and_exclusions(*dev_, 9000, {{9000, 4095}, {4097, -1}, {300, 3}}, 3070, 6, 2);
+  ties_and_exclusions(*dev_, 5000, {{5000, 2047}, {1, 0}}, 3080, 5, 1);
 }
 
 TEST_F(cuda_topk, from_raw_scores_and_the_combine_statistics) {
