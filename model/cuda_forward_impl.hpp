@@ -114,6 +114,7 @@ struct cuda_forward::impl {
     int score_rows = 0;              // rows per scores buffer: max_batch, or 2 * max_batch with the hit rate
     kc::stream planner, transfer;
     std::vector<kc::stream_event> attended, planned, fetched;  // per layer
+    std::vector<kc::stream_event> appended;  // per layer: the step's new rows in the ring (speculative steps)
     std::vector<bool> seeded;        // per slot: rows fetched for its next step
     spec_phase now = spec_phase::none;
     int real = 0;                    // real rows (= planner rows) of the running forward

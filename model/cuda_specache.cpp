@@ -132,6 +132,7 @@ void cuda_forward::impl::spec_init() {
   S->attended.resize(L);
   S->planned.resize(L);
   S->fetched.resize(L);
+  S->appended.resize(L);
   S->seeded.assign(std::size_t(opt.max_batch), false);
   st.synchronize();
   spec = std::move(S);
@@ -160,6 +161,20 @@ void cuda_forward::impl::spec_store(int l) {
   a.n_kv_heads = int(c.num_key_value_heads);
   a.head_dim = int(d);
   a.max_rows = store_max_rows;
+  // A speculative step's rows go to the store on the transfer stream, off
+  // the layers' path: nothing this step reads them (the fetches take
+  // packed positions, and these rows are the window's newest), the ring
+  // row they come from is not written again before the step's end, and
+  // the step ends joined with the transfer stream (spec_join), so the next
+  // step's fetches find them in place. Elsewhere (prefill, the staged
+  // flush, predecode, output steps) the compute stream copies them.
+  auto& S = *spec;
+  if (S.now == spec_phase::speculative && S.fetch && !store_staged) {
+    S.appended[std::size_t(l)].record(st.get());
+    S.appended[std::size_t(l)].wait_on(S.transfer.get());
+    kc::copy_rows(a, S.transfer.get());
+    return;
+  }
   kc::copy_rows(a, st.get());
 }
 
