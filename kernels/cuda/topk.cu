@@ -6,8 +6,9 @@
 //
 //  Stage 1, one block per (chunk of 2048 positions, KV head, row):
 //    sum[j] = sum over the group's heads, in order, of p_h[j] (the mean's
-//    order without the mean's rounding, as the CPU ranks) into shared memory (the excluded position ineligible), then the chunk's
-//    own top min(k, eligible) by the strict order (value desc, position asc),
+//    order without the mean's rounding, as the CPU ranks) into shared
+//    memory (the excluded position ineligible), then the chunk's own top
+//    min(k, eligible) by the strict order (value desc, position asc),
 //    written sorted to the scratch with their count.
 //  Stage 2, one block per (KV head, row): the top min(k, eligible) of the
 //    chunks' candidates, by the same order. Every member of the row's top-k
