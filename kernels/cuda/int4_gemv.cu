@@ -454,8 +454,12 @@ struct tiled_norm {
   const float* weight = nullptr;
   float eps = 0.f;
 };
-constexpr int tiled_unroll = 4;       // chunks in flight per warp
-constexpr int tiled_min_blocks = 2;   // blocks per SM the registers must allow
+// Chunks in flight per warp, and the blocks per SM the registers must allow:
+// (2, 3) at ~70 registers beat (4, 2) at ~90 in the draft (NOTES.md, "Stop
+// 34": more, shorter blocks hide the grids' few waves better; 2 KB a warp
+// in flight is still enough).
+constexpr int tiled_unroll = 2;
+constexpr int tiled_min_blocks = 3;
 
 // group_units: group / 128 (chunks) or group / 32 (words); chunk and word
 // indices fit in 32 bits (k < 2^31).
