@@ -226,6 +226,8 @@ int bench_main(int argc, char** argv) {
     ("no-fuse-swiglu", "decode: the plain gate/up GEMV, then a SwiGLU kernel")
     ("fuse-norm", "quantspec (cuda): the draft's qkv and gate/up 4-bit GEMVs normalize their input (the default)")
     ("no-fuse-norm", "quantspec (cuda): an RMSNorm kernel before the draft's qkv and gate/up GEMVs")
+    ("fuse-rope", "quantspec (cuda): the draft's qkv 4-bit GEMV applies RoPE and appends to the cache (the default)")
+    ("no-fuse-rope", "quantspec (cuda): the RoPE-and-append kernel after the draft's qkv GEMV")
     ("ksplit", "decode GEMVs may split k across the warps of a block (v2; the default)")
     ("no-ksplit", "decode GEMVs keep one warp per row pair over the whole of k (v1)")
     ("gemv-unroll", po::value<int>(), "decode GEMV loads per row in flight per lane: 2 (v1, the default) or 4 (v2)");
@@ -253,6 +255,7 @@ int bench_main(int argc, char** argv) {
   o.fuse_swiglu = switch_flag("fuse-swiglu", "no-fuse-swiglu");
   o.k_split = switch_flag("ksplit", "no-ksplit");
   o.fuse_norm = switch_flag("fuse-norm", "no-fuse-norm");
+  o.fuse_rope = switch_flag("fuse-rope", "no-fuse-rope");
   if (vm.count("gemv-unroll")) {
     o.gemv_unroll = vm["gemv-unroll"].as<int>();
     if (*o.gemv_unroll != 2 && *o.gemv_unroll != 4)
@@ -487,6 +490,7 @@ boost::json::value report_json(const bench_options& o, const bench_report& r) {
   root["pdl"] = o.overlap;
   if (o.fuse_swiglu) root["fuse_swiglu"] = *o.fuse_swiglu;
   if (o.fuse_norm) root["fuse_norm"] = *o.fuse_norm;
+  if (o.fuse_rope) root["fuse_rope"] = *o.fuse_rope;
   if (o.k_split) root["gemv_k_split"] = *o.k_split;
   if (o.gemv_unroll) root["gemv_unroll"] = *o.gemv_unroll;
   if (!o.kv_modes.empty()) {

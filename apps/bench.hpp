@@ -41,7 +41,7 @@ struct bench_options {
   bool graphs = true;
   bool overlap = true;  // GEMVs as programmatic dependent launches (cuda_forward_options)
   // The GEMV v2 switches of cuda_forward_options; unset: its defaults.
-  std::optional<bool> fuse_swiglu, k_split, fuse_norm;
+  std::optional<bool> fuse_swiglu, k_split, fuse_norm, fuse_rope;
   std::optional<int> gemv_unroll;
   // CUDA decode: the KV cache modes to time at each context and batch
   // (--kv full,kivi:1,specache,hier:4 ...); empty: full only.

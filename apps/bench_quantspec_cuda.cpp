@@ -150,6 +150,7 @@ bench_report run_cuda_quantspec_bench(const bench_options& o, const quantspec_be
       if (o.draft_gemv != 0) fo.int4_gemv_version = o.draft_gemv;
       if (o.fuse_swiglu) fo.fuse_swiglu = *o.fuse_swiglu;  // the target's bf16 GEMV and the draft's 4-bit one
       if (o.fuse_norm) fo.fuse_norm = *o.fuse_norm;
+      if (o.fuse_rope) fo.fuse_rope = *o.fuse_rope;
       fo.packed_lane_order = o.packed_lane_order;
       fo.packed_stages = o.packed_stages;
       fo.packed_blocks = o.packed_blocks;  // the draft's INT4 read (the verify's INT8 keeps 3 blocks)

@@ -60,6 +60,17 @@ std::int64_t int4_tiled_scale_zero_size(std::int64_t out, std::int64_t in, std::
 std::int64_t int4_tiled_code_nibble(std::int64_t row, std::int64_t col, std::int64_t in);
 // Nibble (0..7) of a word's column e (0..7): e / 2 + 4 (e % 2).
 constexpr SPECPIPE_HD int int4_tiled_word_nibble(int e) { return e / 2 + 4 * (e % 2); }
+// The RoPE pair order of a qkv weight's q and k rows (int4 GEMV v7's
+// int4_gemv_args::pair_rows): stored row i of a head of head_dim rows (a
+// multiple of 16) holds natural row int4_rope_pair_row(i, head_dim), so the
+// 16 rows of a tile are 8 dims d and their 8 partners d + head_dim / 2, and
+// each lane's two C rows (g, g + 8) are one rotated pair: RoPE can be the
+// GEMV's epilogue. Stored tile j of a head: dims 8 j .. 8 j + 7, then
+// head_dim / 2 + 8 j .. + 7.
+constexpr SPECPIPE_HD std::int64_t int4_rope_pair_row(std::int64_t i, std::int64_t head_dim) {
+  const std::int64_t head = i / head_dim, w = i - head * head_dim, j = w / 16, r = w % 16;
+  return head * head_dim + (r < 8 ? 8 * j + r : head_dim / 2 + 8 * j + r - 8);
+}
 // Index of (row, group)'s scale in the tiled scales and zeros; its zero follows.
 std::int64_t int4_tiled_scale_offset(std::int64_t row, std::int64_t group_index, std::int64_t groups);
 

@@ -368,9 +368,12 @@ struct cuda_forward::impl {
   // The same by a 4-bit copy alone (the draft's projections, its lm_head).
   // With `norm_weight`, `in` is not read: the GEMV's input is
   // RMSNorm(x) by that weight, formed inside the GEMV (int4_gemv_args::norm).
+  // With `rope` (the qkv weight in pair order), RoPE and the cache append
+  // are the GEMV's epilogue (int4_gemv_args::rope; its slots and positions
+  // are the m rows', offset here per launch of 8).
   void int4_proj(const std::uint16_t* in, std::int64_t ldx, const cuda_int4& wq, void* out, std::int64_t ldy,
                  kc::gemm_out type, bool acc, std::int64_t m, std::int64_t n, std::int64_t k,
-                 const float* norm_weight = nullptr);
+                 const float* norm_weight = nullptr, const kc::rope_append_args* rope = nullptr);
   // Whether the draft's qkv and gate/up GEMVs normalize their own input
   // (cuda_forward_options::fuse_norm), so the two RMSNorm launches go.
   bool norm_in_gemv() const;

@@ -60,7 +60,7 @@ bool cuda_forward::impl::norm_in_gemv() const {
 
 void cuda_forward::impl::int4_proj(const std::uint16_t* in, std::int64_t ldx, const cuda_int4& wq, void* out,
                                    std::int64_t ldy, kc::gemm_out type, bool acc, std::int64_t m, std::int64_t n,
-                                   std::int64_t k, const float* norm_weight) {
+                                   std::int64_t k, const float* norm_weight, const kc::rope_append_args* rope) {
   const std::size_t out_size = type == kc::gemm_out::f32 ? 4 : 2;
   for (std::int64_t r = 0; r < m; r += kc::int4_gemv_max_rows) {
     kc::int4_gemv_args a;
@@ -81,6 +81,15 @@ void cuda_forward::impl::int4_proj(const std::uint16_t* in, std::int64_t ldx, co
     a.k = k;
     a.dependent = opt.overlap_launch;
     a.version = opt.int4_gemv_version;
+    a.pair_rows = wq.pair_rows;
+    a.pair_head_dim = wq.pair_head_dim;
+    kc::rope_append_args ra;
+    if (rope) {  // this launch's rows' tokens
+      ra = *rope;
+      ra.slots += r;
+      ra.positions += r;
+      a.rope = &ra;
+    }
     if (norm_weight) {  // the residual stream's rows r.. as the input, normalized in the GEMV
       a.norm.x = x.as<float>() + r * c.hidden_size;
       a.norm.ld = c.hidden_size;
@@ -147,15 +156,6 @@ void cuda_forward::impl::layers(std::int64_t m, int prefill_slot, std::int64_t p
     const auto& L = w.layers[li];
     const int l = int(li);
     spec_mark(l, 0, st.get());  // SpeCache's timeline (no-op otherwise)
-    if (norm_in_gemv()) {  // the draft's qkv GEMV normalizes x itself
-      int4_proj(xn.as<std::uint16_t>(), h, L.wqkv_q, qkv.data(), qkv_dim(), kc::gemm_out::bf16, false, m, qkv_dim(), h,
-                L.attn_norm.as<float>());
-    } else {
-      kc::rmsnorm(x.as<float>(), h, nullptr, 0, L.attn_norm.as<float>(), xn.as<std::uint16_t>(), h, m, h, eps,
-                  st.get(), opt.overlap_launch);
-      proj(xn.as<std::uint16_t>(), h, L.wqkv, L.wqkv_q, qkv.data(), qkv_dim(), kc::gemm_out::bf16, false, m,
-           qkv_dim(), h);
-    }
     kc::rope_append_args ra;
     ra.qkv = qkv.as<std::uint16_t>();
     ra.ld_qkv = qkv_dim();
@@ -181,7 +181,23 @@ void cuda_forward::impl::layers(std::int64_t m, int prefill_slot, std::int64_t p
     ra.n_kv_heads = int(c.num_key_value_heads);
     ra.head_dim = int(c.head_dim);
     ra.dependent = opt.overlap_launch;
-    kc::rope_append(ra, st.get());
+    // The draft's qkv weight in pair order: RoPE and the append as the
+    // GEMV's epilogue (cuda_forward_options::fuse_rope), one launch less.
+    const bool rope_in_gemv = draft && opt.fuse_rope && L.wqkv_q.pair_rows > 0;
+    if (norm_in_gemv()) {  // the draft's qkv GEMV normalizes x itself
+      int4_proj(xn.as<std::uint16_t>(), h, L.wqkv_q, qkv.data(), qkv_dim(), kc::gemm_out::bf16, false, m, qkv_dim(), h,
+                L.attn_norm.as<float>(), rope_in_gemv ? &ra : nullptr);
+    } else {
+      kc::rmsnorm(x.as<float>(), h, nullptr, 0, L.attn_norm.as<float>(), xn.as<std::uint16_t>(), h, m, h, eps,
+                  st.get(), opt.overlap_launch);
+      if (rope_in_gemv)
+        int4_proj(xn.as<std::uint16_t>(), h, L.wqkv_q, qkv.data(), qkv_dim(), kc::gemm_out::bf16, false, m, qkv_dim(),
+                  h, nullptr, &ra);
+      else
+        proj(xn.as<std::uint16_t>(), h, L.wqkv, L.wqkv_q, qkv.data(), qkv_dim(), kc::gemm_out::bf16, false, m,
+             qkv_dim(), h);
+    }
+    if (!rope_in_gemv) kc::rope_append(ra, st.get());
     if (store_entries > 0) spec_store(l);  // SpeCache: the new rows to the host store
     if (prefill_slot >= 0) {
       kc::prefill_attention_args pa;

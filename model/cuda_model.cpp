@@ -306,8 +306,34 @@ void cuda_model::make_draft(std::int64_t group, kc::int4_layout layout, bool lm_
     t.tiled_scale_zero = q.scale_zero.as<std::uint16_t>();
     kc::int4_tile(t, st.get());  // stream order: the next projection's quantize reuses the scratch after this
   };
+  // The qkv weight's q and k rows in RoPE pair order in the tiles
+  // (kernels/int4_tiled.hpp, int4_rope_pair_row), so that the GEMV can apply
+  // RoPE as its epilogue (cuda_forward_options::fuse_rope); it writes y in
+  // natural order either way. 4-bit rows are quantized one by one, so
+  // quantizing the rows moved is moving the quantized rows. The move runs
+  // on the device into a scratch copy (stream order: the next layer's move
+  // waits for this layer's quantize).
+  const std::int64_t hd = c.head_dim, qkv_rows = c.q_dim() + 2 * c.kv_dim();
+  const std::int64_t pair_rows = c.q_dim() + c.kv_dim();
+  const bool pairs = layout == kc::int4_layout::tiles && hd % 16 == 0 && hd > 0 && c.q_dim() == c.num_attention_heads * hd;
+  buffer paired;
+  if (pairs) paired = buffer(*m.alloc, std::size_t(qkv_rows * h) * 2);
+  auto pair_order = [&](const std::uint16_t* w) {
+    const std::size_t row = std::size_t(h) * 2, piece = 8 * row;  // bytes
+    auto* dst = paired.as<std::uint16_t>();
+    for (std::int64_t head = 0; head < pair_rows / hd; ++head)
+      for (int half = 0; half < 2; ++half)  // stored rows 16 j + 8 half + r <- natural hd / 2 half + 8 j + r
+        kc::copy_rows_on_device(dst + (head * hd + 8 * half) * h, 2 * piece, w + (head * hd + half * hd / 2) * h,
+                                piece, piece, std::size_t(hd / 16), st.get());
+    kc::copy_on_device(dst + pair_rows * h, w + pair_rows * h, std::size_t(qkv_rows - pair_rows) * row, st.get());
+    return static_cast<const std::uint16_t*>(dst);
+  };
   for (auto& l : m.layers) {
-    quantize(l.wqkv.as<std::uint16_t>(), c.q_dim() + 2 * c.kv_dim(), h, l.wqkv_q);
+    quantize(pairs ? pair_order(l.wqkv.as<std::uint16_t>()) : l.wqkv.as<std::uint16_t>(), qkv_rows, h, l.wqkv_q);
+    if (pairs) {
+      l.wqkv_q.pair_rows = pair_rows;
+      l.wqkv_q.pair_head_dim = int(hd);
+    }
     quantize(l.wo.as<std::uint16_t>(), h, c.q_dim(), l.wo_q);
     quantize(l.wgu.as<std::uint16_t>(), 2 * inter, h, l.wgu_q);
     quantize(l.wdown.as<std::uint16_t>(), h, inter, l.wdown_q);

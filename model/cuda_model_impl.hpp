@@ -19,6 +19,10 @@ struct cuda_int4 {
   buffer codes, scale, zero, scale_zero;
   std::int64_t out = 0, in = 0, group = 0, code_stride = 0;
   kernels::cuda::int4_layout layout = kernels::cuda::int4_layout::rows;
+  // The qkv weight's first pair_rows rows (q and k) in RoPE pair order, heads
+  // of pair_head_dim (int4_gemv_args::pair_rows); 0: natural order.
+  std::int64_t pair_rows = 0;
+  int pair_head_dim = 0;
   std::size_t bytes() const { return codes.size() + scale.size() + zero.size() + scale_zero.size(); }
 };
 

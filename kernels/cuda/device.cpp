@@ -150,6 +150,10 @@ void copy_to_host(void* dst, const void* src, std::size_t bytes, stream_t s) {
 void copy_on_device(void* dst, const void* src, std::size_t bytes, stream_t s) {
   CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, as_stream(s)));
 }
+void copy_rows_on_device(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch, std::size_t width,
+                         std::size_t rows, stream_t s) {
+  CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows, cudaMemcpyDeviceToDevice, as_stream(s)));
+}
 void fill_bytes(void* dst, int value, std::size_t bytes, stream_t s) {
   CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, as_stream(s)));
 }

@@ -133,6 +133,10 @@ class graph {
 void copy_to_device(void* dst, const void* src, std::size_t bytes, stream_t s);
 void copy_to_host(void* dst, const void* src, std::size_t bytes, stream_t s);
 void copy_on_device(void* dst, const void* src, std::size_t bytes, stream_t s);
+// `rows` pieces of `width` bytes, src_pitch bytes apart in src and
+// dst_pitch apart in dst (device to device).
+void copy_rows_on_device(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch, std::size_t width,
+                         std::size_t rows, stream_t s);
 void fill_bytes(void* dst, int value, std::size_t bytes, stream_t s);
 
 // Device-to-device copy bandwidth in bytes/s, counting bytes read plus bytes

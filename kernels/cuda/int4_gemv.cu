@@ -22,6 +22,7 @@
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/norm_row.cuh"
+#include "kernels/cuda/rope_rotate.cuh"
 #include "kernels/cuda/int4_gemv.hpp"
 #include "kernels/cuda/int4_gemv_bulk.hpp"
 #include "kernels/cuda/int4_products.cuh"
@@ -281,6 +282,78 @@ __device__ __forceinline__ void swiglu_write_rows(float (&part_s)[mma_warps][16]
   }
 }
 
+// v7's rows in RoPE pair order (int4_gemv_args::pair_rows) and, with rope,
+// the RoPE-and-append epilogue. The first pr.rows rows of W are stored so
+// that tile rows r and r + 8 (r < 8) are dims d = 8 j + r and d + head_dim /
+// 2 of one head (kernels::cpu::int4_rope_pair_row): the writer of row r sums
+// both over the warps (the order mma_write_rows sums in), rounds each to
+// bf16 as the unfused GEMV stores them, and writes them to their natural
+// rows; with rope it first rotates them as rope_append does (the shared
+// detail::rope_rotate), q in y and k into the cache, k left unrotated in y
+// as rope_append leaves it. Rows past pr.rows (v) are in natural order, and
+// with rope also go to the cache.
+struct tiled_pairs {
+  std::int64_t rows = 0;
+  int head_dim = 0;
+  bool rope = false;
+  rope_append_args r;  // with rope
+};
+
+__device__ __forceinline__ void pair_write_rows(float (&part_s)[mma_warps][16][8], const float (&acc)[4], int warp,
+                                                int g, int t, std::int64_t row0, bf16* __restrict__ y,
+                                                std::int64_t ldy, int m, std::int64_t n, const tiled_pairs& pr) {
+  stash_parts(part_s, acc, warp, g, t);
+  if (threadIdx.x >= 128) return;
+  const int r = threadIdx.x >> 3, i = threadIdx.x & 7;
+  if (i >= m) return;
+  const auto sum_row = [&](int rr) {
+    float v = 0.f;
+#pragma unroll
+    for (int w = 0; w < mma_warps; ++w) v += part_s[w][rr][i];
+    return __float2bfloat16(v);
+  };
+  const rope_append_args& ra = pr.r;
+  const int hd = pr.head_dim, half = hd / 2;
+  bf16* yr = y + i * ldy;
+  std::int64_t cache_row = 0;  // (slot, row) of this x row's token in a KV head's cache: add kh * capacity
+  if (pr.rope) {
+    const std::int32_t pos = ra.positions[i], slot = ra.slots[i];
+    const std::int64_t crow = ra.ring > 0 ? std::int64_t(pos) % ra.ring : std::int64_t(pos);
+    cache_row = std::int64_t(slot) * ra.n_kv_heads * ra.capacity + crow;
+  }
+  if (row0 >= pr.rows) {  // v: natural order
+    const std::int64_t row = row0 + r;
+    if (row >= n) return;
+    const bf16 v = sum_row(r);
+    yr[row] = v;
+    if (pr.rope) {
+      const std::int64_t e = row - pr.rows, kh = e / hd;
+      reinterpret_cast<bf16*>(ra.v_cache)[(cache_row + kh * ra.capacity) * hd + (e - kh * hd)] = v;
+    }
+    return;
+  }
+  if (r >= 8) return;
+  const std::int64_t head = row0 / hd;
+  const int d = int(row0 - head * hd) / 2 + r;  // 8 j + r, tile j of the head
+  const std::int64_t nat = head * hd + d;
+  const bf16 b0 = sum_row(r), b1 = sum_row(r + 8);
+  if (!pr.rope || head >= ra.n_heads) {  // k (and q unrotated without rope) as computed
+    yr[nat] = b0;
+    yr[nat + half] = b1;
+  }
+  if (!pr.rope) return;
+  bf16 r0, r1;
+  detail::rope_rotate(__bfloat162float(b0), __bfloat162float(b1), ra.positions[i], __ldg(ra.inv_freq + d), r0, r1);
+  if (head < ra.n_heads) {
+    yr[nat] = r0;
+    yr[nat + half] = r1;
+  } else {
+    bf16* dst = reinterpret_cast<bf16*>(ra.k_cache) + (cache_row + (head - ra.n_heads) * ra.capacity) * hd;
+    dst[d] = r0;
+    dst[d + half] = r1;
+  }
+}
+
 // The warp's chunks warp, warp + mma_warps, ... taken U at a time into a
 // Stage by load(c0, stage): the first U before the grid dependency wait
 // (weights are constants of the model: they stream in while the kernel that
@@ -463,12 +536,12 @@ constexpr int tiled_min_blocks = 3;
 
 // group_units: group / 128 (chunks) or group / 32 (words); chunk and word
 // indices fit in 32 bits (k < 2^31).
-template <bool OutF32, bool Swiglu, bool Norm, tiled_scales S, int U, int MINB>
+template <bool OutF32, bool Swiglu, bool Norm, bool Pairs, tiled_scales S, int U, int MINB>
 __global__ void __launch_bounds__(32 * mma_warps, MINB)
     int4_gemv_tiled_kernel(const bf16* __restrict__ x, std::int64_t ldx, const uint4* __restrict__ codes,
                            const uint2* __restrict__ scale_zero, std::int64_t groups, unsigned group_units,
                            void* __restrict__ y, std::int64_t ldy, bool accumulate, int m,
-                           std::int64_t n, std::int64_t k, tiled_norm nrm) {
+                           std::int64_t n, std::int64_t k, tiled_norm nrm, tiled_pairs pr) {
   __shared__ float part_s[mma_warps][16][8];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
@@ -572,6 +645,8 @@ __global__ void __launch_bounds__(32 * mma_warps, MINB)
   }
   if constexpr (Swiglu)
     swiglu_write_rows(part_s, acc, warp, g, t, row0, y, ldy, m, n / 2);
+  else if constexpr (Pairs)
+    pair_write_rows(part_s, acc, warp, g, t, row0, static_cast<bf16*>(y), ldy, m, n, pr);
   else
     mma_write_rows<OutF32>(part_s, acc, warp, g, t, row0, y, ldy, accumulate, m, n);
 }
@@ -618,11 +693,18 @@ void allow_norm_smem() {
   if (dev >= 0 && dev < 16) done[dev] = true;
 }
 
-template <bool OutF32, bool Swiglu, bool Norm, tiled_scales S>
+template <bool OutF32, bool Swiglu, bool Norm, bool Pairs, tiled_scales S>
 void launch_tiled(const int4_gemv_args& a, cudaStream_t s) {
   const dim3 grid(unsigned(Swiglu ? a.n / 32 : (a.n + 15) / 16));
   const std::int64_t groups = (a.k + a.group - 1) / a.group;
-  constexpr auto kernel = int4_gemv_tiled_kernel<OutF32, Swiglu, Norm, S, tiled_unroll, tiled_min_blocks>;
+  constexpr auto kernel = int4_gemv_tiled_kernel<OutF32, Swiglu, Norm, Pairs, S, tiled_unroll, tiled_min_blocks>;
+  tiled_pairs pr;
+  if constexpr (Pairs) {
+    pr.rows = a.pair_rows;
+    pr.head_dim = a.pair_head_dim;
+    pr.rope = a.rope != nullptr;
+    if (a.rope) pr.r = *a.rope;
+  }
   std::size_t smem = 0;
   tiled_norm nrm;
   if constexpr (Norm) {
@@ -633,21 +715,21 @@ void launch_tiled(const int4_gemv_args& a, cudaStream_t s) {
   detail::launch_kernel(kernel, grid, dim3(32 * mma_warps), smem, s, a.dependent, reinterpret_cast<const bf16*>(a.x),
                         a.ldx, reinterpret_cast<const uint4*>(a.codes), reinterpret_cast<const uint2*>(a.scale_zero),
                         groups, unsigned(a.group / (S == tiled_scales::words ? 32 : mma_chunk)), a.y, a.ldy,
-                        a.accumulate, int(a.m), a.n, a.k, nrm);
+                        a.accumulate, int(a.m), a.n, a.k, nrm, pr);
   CUDA_CHECK_LAUNCH();
 }
 
-template <bool OutF32, bool Swiglu>
+template <bool OutF32, bool Swiglu, bool Pairs = false>
 void launch_tiled_scales(const int4_gemv_args& a, cudaStream_t s) {
   if (a.norm.weight) {  // whole chunks only (int4_gemv checks)
-    if (a.group == mma_chunk) launch_tiled<OutF32, Swiglu, true, tiled_scales::chunk>(a, s);
-    else launch_tiled<OutF32, Swiglu, true, tiled_scales::chunks>(a, s);
+    if (a.group == mma_chunk) launch_tiled<OutF32, Swiglu, true, Pairs, tiled_scales::chunk>(a, s);
+    else launch_tiled<OutF32, Swiglu, true, Pairs, tiled_scales::chunks>(a, s);
   } else if (a.k % mma_chunk != 0 || a.group % mma_chunk != 0) {
-    launch_tiled<OutF32, Swiglu, false, tiled_scales::words>(a, s);
+    launch_tiled<OutF32, Swiglu, false, Pairs, tiled_scales::words>(a, s);
   } else if (a.group == mma_chunk) {
-    launch_tiled<OutF32, Swiglu, false, tiled_scales::chunk>(a, s);
+    launch_tiled<OutF32, Swiglu, false, Pairs, tiled_scales::chunk>(a, s);
   } else {
-    launch_tiled<OutF32, Swiglu, false, tiled_scales::chunks>(a, s);
+    launch_tiled<OutF32, Swiglu, false, Pairs, tiled_scales::chunks>(a, s);
   }
 }
 
@@ -684,6 +766,32 @@ bool int4_gemv_supported(const int4_gemv_args& a) {
   return common && a.code_stride % 16 == 0 && a.code_stride >= a.k / 2;
 }
 
+namespace {
+
+// int4_gemv_args::pair_rows and rope, as int4_gemv.hpp states them.
+void check_pairs(const int4_gemv_args& a, bool tiles) {
+  if (a.pair_rows == 0 && !a.rope) return;
+  const std::string got = " got pair_rows=" + std::to_string(a.pair_rows) + " pair_head_dim=" +
+                          std::to_string(a.pair_head_dim) + " n=" + std::to_string(a.n);
+  if (a.pair_rows < 0 || a.pair_head_dim <= 0 || a.pair_head_dim % 16 != 0 || a.pair_rows % a.pair_head_dim != 0 ||
+      a.pair_rows > a.n || !tiles || a.out != gemm_out::bf16 || a.accumulate)
+    throw std::invalid_argument("int4_gemv: rows in RoPE pair order (pair_rows) need the tiled layout, a bf16 output "
+                                "and whole heads of a pair_head_dim that is a positive multiple of 16;" + got);
+  if (!a.rope) return;
+  const rope_append_args& r = *a.rope;
+  if (r.head_dim != a.pair_head_dim || r.n_heads <= 0 || r.n_kv_heads <= 0 ||
+      a.pair_rows != std::int64_t(r.n_heads + r.n_kv_heads) * r.head_dim ||
+      a.n != std::int64_t(r.n_heads + 2 * r.n_kv_heads) * r.head_dim || !r.k_cache || !r.v_cache || !r.slots ||
+      !r.positions || !r.inv_freq || r.capacity <= 0 || r.ring < 0)
+    throw std::invalid_argument(
+        "int4_gemv: the RoPE epilogue (rope) needs a qkv weight, n = (n_heads + 2 n_kv_heads) head_dim with its q "
+        "and k rows in pair order (pair_rows = (n_heads + n_kv_heads) head_dim, pair_head_dim = head_dim), and the "
+        "cache, slots, positions and inv_freq;" + got + " n_heads=" + std::to_string(r.n_heads) + " n_kv_heads=" +
+        std::to_string(r.n_kv_heads) + " head_dim=" + std::to_string(r.head_dim));
+}
+
+}  // namespace
+
 void int4_gemv(const int4_gemv_args& a, stream_t s) {
   if (a.version < 1 || (a.version > 4 && a.version != 7 && a.version != 9))
     throw std::invalid_argument("int4_gemv: version must be 1, 2, 3, 4, 7 or 9, got " + std::to_string(a.version));
@@ -715,6 +823,7 @@ void int4_gemv(const int4_gemv_args& a, stream_t s) {
                                 "with inter a multiple of 16 and ldy >= inter; got version " +
                                 std::to_string(a.version) + " n=" + std::to_string(a.n) + " ldy=" +
                                 std::to_string(a.ldy));
+  check_pairs(a, tiles);
   if (a.m == 0) return;
   if (tiles && !int4_gemv_supported(a))
     throw std::invalid_argument("int4_gemv: the tiled versions need 1 <= m <= 8, k and group multiples of 32, k < 2^31, "
@@ -728,6 +837,10 @@ void int4_gemv(const int4_gemv_args& a, stream_t s) {
                                 std::to_string(a.group) + " code_stride=" + std::to_string(a.code_stride) +
                                 " ldx=" + std::to_string(a.ldx));
   if (tiles) {
+    if (a.pair_rows > 0) {  // v7 only: v9 has no pair order, so it runs v7 here
+      launch_tiled_scales<false, false, true>(a, as_stream(s));
+      return;
+    }
     if (a.version == 9 && detail::int4_gemv_bulk(a, as_stream(s))) return;
     if (a.out == gemm_out::f32) launch_tiled_scales<true, false>(a, as_stream(s));
     else if (a.out == gemm_out::swiglu) launch_tiled_scales<false, true>(a, as_stream(s));

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/cuda_error.hpp"
+#include "kernels/cuda/elementwise.hpp"
 #include "kernels/cuda/gemm.hpp"
 
 namespace specpipe::kernels::cuda {
@@ -58,6 +59,21 @@ struct int4_gemv_args {
     const float* weight = nullptr;
     float eps = 1e-5f;
   } norm;
+  // v7 only: the first pair_rows rows of W are stored in RoPE pair order
+  // (kernels::cpu::int4_rope_pair_row, heads of pair_head_dim rows, a
+  // multiple of 16), as cuda_model::make_draft tiles the qkv weight; y is
+  // written in natural order all the same. 0: every row in natural order.
+  std::int64_t pair_rows = 0;
+  int pair_head_dim = 0;
+  // With pair_rows: RoPE and the KV-cache append as the epilogue, the bits
+  // kernels::cuda::rope_append gives over the unfused output, without its
+  // launch. W is a qkv weight: n = (n_heads + 2 n_kv_heads) head_dim,
+  // pair_rows = (n_heads + n_kv_heads) head_dim, head_dim = pair_head_dim,
+  // bf16 output. y is left as rope_append leaves the qkv rows (q rotated, k
+  // and v as computed) and the cache gets the rotated k and the v rows.
+  // rope->slots and positions are y's m rows'; its qkv, ld_qkv, tokens and
+  // dependent are not read (y, ldy, m and this struct's dependent are).
+  const rope_append_args* rope = nullptr;
   int version = 2;
   bool dependent = false;  // a programmatic dependent launch (kernels/cuda/launch.cuh)
 };

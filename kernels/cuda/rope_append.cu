@@ -11,6 +11,7 @@
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/elementwise.hpp"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/rope_rotate.cuh"
 #include "kernels/cuda/vec.cuh"
 
 namespace specpipe::kernels::cuda {
@@ -42,14 +43,8 @@ __global__ void __launch_bounds__(rope_threads) rope_append_kernel(rope_append_a
     const int h = idx / half;
     const int i = idx - h * half;
     bf16* x = row + std::int64_t(h) * a.head_dim;
-    // HF: freqs = inv_freq * position in f32, then cos/sin (precise
-    // versions: the argument reaches 1e5 radians at long contexts).
-    float sn, cs;
-    sincosf(float(pos) * freq, &sn, &cs);
-    const float x0 = __bfloat162float(x[i]);
-    const float x1 = __bfloat162float(x[i + half]);
-    const bf16 r0 = __float2bfloat16(x0 * cs - x1 * sn);
-    const bf16 r1 = __float2bfloat16(x1 * cs + x0 * sn);
+    bf16 r0, r1;
+    detail::rope_rotate(__bfloat162float(x[i]), __bfloat162float(x[i + half]), pos, freq, r0, r1);
     if (h < a.n_heads) {
       x[i] = r0;
       x[i + half] = r1;

@@ -4,7 +4,9 @@
 // logits agree to f32 rounding; the shapes include a projection whose input
 // is not a multiple of 128 (down: 704) and groups of 32 and 128. A forward
 // whose GEMV version reads the other layout is refused when the draft is
-// switched on. Skipped without a device.
+// switched on. The tiled qkv weight's q and k rows are in RoPE pair order,
+// RoPE the GEMV's epilogue: the unfused path gives the same logits bit for
+// bit. Skipped without a device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -70,6 +72,11 @@ TEST_F(cuda_draft_tiles_test, the_tiled_draft_gives_the_row_drafts_logits) {
     cuda_forward fr(rows, o);
     o.int4_gemv_version = 7;
     cuda_forward ft(tiles, o);
+    // The tiled qkv weight is in RoPE pair order; without fuse_rope the
+    // GEMV writes it in natural order and the RoPE kernel runs: the same bits.
+    o.fuse_rope = false;
+    cuda_forward fu(tiles, o);
+    o.fuse_rope = true;
     // v9 (the bulk-copy schedule) where group is 128 and k a multiple of it
     // (q/k/v, o, gate/up here), v7 elsewhere.
     o.int4_gemv_version = 9;
@@ -77,10 +84,13 @@ TEST_F(cuda_draft_tiles_test, the_tiled_draft_gives_the_row_drafts_logits) {
     fr.set_draft_weights(true);
     ft.set_draft_weights(true);
     fb.set_draft_weights(true);
-    std::vector<float> want(V), got(V), got9(V);
+    fu.set_draft_weights(true);
+    std::vector<float> want(V), got(V), got9(V), unfused(V);
     fr.prefill(0, prompt, want);
     ft.prefill(0, prompt, got);
     fb.prefill(0, prompt, got9);
+    fu.prefill(0, prompt, unfused);
+    EXPECT_TRUE(unfused == got) << "prefill: RoPE in the GEMV changed the logits";
     EXPECT_LT(rel_error(got.data(), want.data(), V), bound) << "prefill";
     EXPECT_LT(rel_error(got9.data(), want.data(), V), bound) << "prefill, v9";
     const int slot = 0;
@@ -89,6 +99,8 @@ TEST_F(cuda_draft_tiles_test, the_tiled_draft_gives_the_row_drafts_logits) {
       fr.decode(std::span(&slot, 1), std::span(&t, 1), want);
       ft.decode(std::span(&slot, 1), std::span(&t, 1), got);
       fb.decode(std::span(&slot, 1), std::span(&t, 1), got9);
+      fu.decode(std::span(&slot, 1), std::span(&t, 1), unfused);
+      EXPECT_TRUE(unfused == got) << "step " << s << ": RoPE in the GEMV changed the logits";
       EXPECT_LT(rel_error(got.data(), want.data(), V), bound) << "step " << s;
       EXPECT_LT(rel_error(got9.data(), want.data(), V), bound) << "step " << s << ", v9";
     }
