@@ -22,9 +22,9 @@
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/norm_row.cuh"
-#include "kernels/cuda/rope_rotate.cuh"
 #include "kernels/cuda/int4_gemv.hpp"
 #include "kernels/cuda/int4_gemv_bulk.hpp"
+#include "kernels/cuda/int4_gemv_writers.cuh"
 #include "kernels/cuda/int4_products.cuh"
 #include "kernels/cuda/vec.cuh"
 
@@ -37,6 +37,10 @@ using detail::offset_pair;
 using detail::tiled_scale_products;
 using detail::tiled_word_products;
 using detail::word_of;
+using detail::mma_write_rows;
+using detail::pair_write_rows;
+using detail::swiglu_write_rows;
+using detail::tiled_pairs;
 
 constexpr int int4_threads = 256;
 constexpr int int4_warps = int4_threads / 32;
@@ -171,7 +175,7 @@ __global__ void __launch_bounds__(int4_threads)
 // f32 (its rounding is ~2^-24 * 128 * sum |x|, far below bf16 outputs).
 // A block = 16 rows x 8 warps, the warps taking interleaved chunks of k (four
 // per iteration, 4 KB of codes in flight per warp), merged in shared memory.
-constexpr int mma_warps = 8;
+constexpr int mma_warps = detail::int4_block_warps;
 constexpr int mma_chunk = detail::int4_chunk;  // columns per chunk: 4 lanes x 32
 // Chunks whose codes one warp loads per iteration (U) and the blocks per SM
 // the registers must allow (MINB): v2 = (4, 1), v3 = (2, 3). The first cut,
@@ -221,137 +225,6 @@ __device__ __forceinline__ void accumulate_chunk(float (&acc)[4], const uint4& w
     word_products(tt, sx, word_of(wa, i), word_of(wb, i), xw);
   }
   scale_products(acc, tt, sx, s_raw[0], s_raw[1], s_raw[2], s_raw[3]);
-}
-
-// The block's 16 rows: each warp's partial sums over its chunks, merged in a
-// fixed order through shared memory, then written (or added) to y.
-// The warp's C fragment (rows g and g + 8, columns 2t and 2t + 1) into the
-// block's partials, then a barrier: the writers below sum over warps.
-__device__ __forceinline__ void stash_parts(float (&part_s)[mma_warps][16][8], const float (&acc)[4], int warp, int g,
-                                            int t) {
-  part_s[warp][g][2 * t] = acc[0];
-  part_s[warp][g][2 * t + 1] = acc[1];
-  part_s[warp][g + 8][2 * t] = acc[2];
-  part_s[warp][g + 8][2 * t + 1] = acc[3];
-  __syncthreads();
-}
-
-template <bool OutF32>
-__device__ __forceinline__ void mma_write_rows(float (&part_s)[mma_warps][16][8], const float (&acc)[4], int warp,
-                                               int g, int t, std::int64_t row0, void* __restrict__ y,
-                                               std::int64_t ldy, bool accumulate, int m, std::int64_t n) {
-  stash_parts(part_s, acc, warp, g, t);
-  if (threadIdx.x < 128) {
-    const int r = threadIdx.x >> 3, i = threadIdx.x & 7;
-    float v = 0.f;
-#pragma unroll
-    for (int w = 0; w < mma_warps; ++w) v += part_s[w][r][i];
-    const std::int64_t row = row0 + r;
-    if (i < m && row < n) {
-      if constexpr (OutF32) {
-        float* yp = static_cast<float*>(y) + i * ldy + row;
-        *yp = accumulate ? *yp + v : v;
-      } else {
-        static_cast<bf16*>(y)[i * ldy + row] = __float2bfloat16(v);
-      }
-    }
-  }
-}
-
-// The SwiGLU epilogue of v7 (gemm_out::swiglu): warps 0-3 hold gate rows
-// row0 .. row0 + 15, warps 4-7 the up rows of the same outputs; each is
-// rounded to bf16 first, as the unfused path stores them, then
-// silu(gate) * up in f32 with the SwiGLU kernel's silu (activation.cu).
-__device__ __forceinline__ void swiglu_write_rows(float (&part_s)[mma_warps][16][8], const float (&acc)[4], int warp,
-                                                  int g, int t, std::int64_t row0, void* __restrict__ y,
-                                                  std::int64_t ldy, int m, std::int64_t inter) {
-  stash_parts(part_s, acc, warp, g, t);
-  if (threadIdx.x < 128) {
-    const int r = threadIdx.x >> 3, i = threadIdx.x & 7;
-    float gv = 0.f, uv = 0.f;
-#pragma unroll
-    for (int w = 0; w < mma_warps / 2; ++w) {
-      gv += part_s[w][r][i];
-      uv += part_s[w + mma_warps / 2][r][i];
-    }
-    const std::int64_t row = row0 + r;
-    if (i < m && row < inter) {
-      const float gb = __bfloat162float(__float2bfloat16(gv)), ub = __bfloat162float(__float2bfloat16(uv));
-      static_cast<bf16*>(y)[i * ldy + row] = __float2bfloat16(detail::silu(gb) * ub);
-    }
-  }
-}
-
-// v7's rows in RoPE pair order (int4_gemv_args::pair_rows) and, with rope,
-// the RoPE-and-append epilogue. The first pr.rows rows of W are stored so
-// that tile rows r and r + 8 (r < 8) are dims d = 8 j + r and d + head_dim /
-// 2 of one head (kernels::cpu::int4_rope_pair_row): the writer of row r sums
-// both over the warps (the order mma_write_rows sums in), rounds each to
-// bf16 as the unfused GEMV stores them, and writes them to their natural
-// rows; with rope it first rotates them as rope_append does (the shared
-// detail::rope_rotate), q in y and k into the cache, k left unrotated in y
-// as rope_append leaves it. Rows past pr.rows (v) are in natural order, and
-// with rope also go to the cache.
-struct tiled_pairs {
-  std::int64_t rows = 0;
-  int head_dim = 0;
-  bool rope = false;
-  rope_append_args r;  // with rope
-};
-
-__device__ __forceinline__ void pair_write_rows(float (&part_s)[mma_warps][16][8], const float (&acc)[4], int warp,
-                                                int g, int t, std::int64_t row0, bf16* __restrict__ y,
-                                                std::int64_t ldy, int m, std::int64_t n, const tiled_pairs& pr) {
-  stash_parts(part_s, acc, warp, g, t);
-  if (threadIdx.x >= 128) return;
-  const int r = threadIdx.x >> 3, i = threadIdx.x & 7;
-  if (i >= m) return;
-  const auto sum_row = [&](int rr) {
-    float v = 0.f;
-#pragma unroll
-    for (int w = 0; w < mma_warps; ++w) v += part_s[w][rr][i];
-    return __float2bfloat16(v);
-  };
-  const rope_append_args& ra = pr.r;
-  const int hd = pr.head_dim, half = hd / 2;
-  bf16* yr = y + i * ldy;
-  std::int64_t cache_row = 0;  // (slot, row) of this x row's token in a KV head's cache: add kh * capacity
-  if (pr.rope) {
-    const std::int32_t pos = ra.positions[i], slot = ra.slots[i];
-    const std::int64_t crow = ra.ring > 0 ? std::int64_t(pos) % ra.ring : std::int64_t(pos);
-    cache_row = std::int64_t(slot) * ra.n_kv_heads * ra.capacity + crow;
-  }
-  if (row0 >= pr.rows) {  // v: natural order
-    const std::int64_t row = row0 + r;
-    if (row >= n) return;
-    const bf16 v = sum_row(r);
-    yr[row] = v;
-    if (pr.rope) {
-      const std::int64_t e = row - pr.rows, kh = e / hd;
-      reinterpret_cast<bf16*>(ra.v_cache)[(cache_row + kh * ra.capacity) * hd + (e - kh * hd)] = v;
-    }
-    return;
-  }
-  if (r >= 8) return;
-  const std::int64_t head = row0 / hd;
-  const int d = int(row0 - head * hd) / 2 + r;  // 8 j + r, tile j of the head
-  const std::int64_t nat = head * hd + d;
-  const bf16 b0 = sum_row(r), b1 = sum_row(r + 8);
-  if (!pr.rope || head >= ra.n_heads) {  // k (and q unrotated without rope) as computed
-    yr[nat] = b0;
-    yr[nat + half] = b1;
-  }
-  if (!pr.rope) return;
-  bf16 r0, r1;
-  detail::rope_rotate(__bfloat162float(b0), __bfloat162float(b1), ra.positions[i], __ldg(ra.inv_freq + d), r0, r1);
-  if (head < ra.n_heads) {
-    yr[nat] = r0;
-    yr[nat + half] = r1;
-  } else {
-    bf16* dst = reinterpret_cast<bf16*>(ra.k_cache) + (cache_row + (head - ra.n_heads) * ra.capacity) * hd;
-    dst[d] = r0;
-    dst[d + half] = r1;
-  }
 }
 
 // The warp's chunks warp, warp + mma_warps, ... taken U at a time into a
