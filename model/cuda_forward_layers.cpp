@@ -184,19 +184,16 @@ void cuda_forward::impl::layers(std::int64_t m, int prefill_slot, std::int64_t p
     // The draft's qkv weight in pair order: RoPE and the append as the
     // GEMV's epilogue (cuda_forward_options::fuse_rope), one launch less.
     const bool rope_in_gemv = draft && opt.fuse_rope && L.wqkv_q.pair_rows > 0;
-    if (norm_in_gemv()) {  // the draft's qkv GEMV normalizes x itself
-      int4_proj(xn.as<std::uint16_t>(), h, L.wqkv_q, qkv.data(), qkv_dim(), kc::gemm_out::bf16, false, m, qkv_dim(), h,
-                L.attn_norm.as<float>(), rope_in_gemv ? &ra : nullptr);
-    } else {
+    const bool norm_fused = norm_in_gemv();  // the draft's qkv GEMV normalizes x itself
+    if (!norm_fused)
       kc::rmsnorm(x.as<float>(), h, nullptr, 0, L.attn_norm.as<float>(), xn.as<std::uint16_t>(), h, m, h, eps,
                   st.get(), opt.overlap_launch);
-      if (rope_in_gemv)
-        int4_proj(xn.as<std::uint16_t>(), h, L.wqkv_q, qkv.data(), qkv_dim(), kc::gemm_out::bf16, false, m, qkv_dim(),
-                  h, nullptr, &ra);
-      else
-        proj(xn.as<std::uint16_t>(), h, L.wqkv, L.wqkv_q, qkv.data(), qkv_dim(), kc::gemm_out::bf16, false, m,
-             qkv_dim(), h);
-    }
+    if (norm_fused || rope_in_gemv)  // the draft's 4-bit GEMV with its fused prologue or epilogue
+      int4_proj(xn.as<std::uint16_t>(), h, L.wqkv_q, qkv.data(), qkv_dim(), kc::gemm_out::bf16, false, m, qkv_dim(), h,
+                norm_fused ? L.attn_norm.as<float>() : nullptr, rope_in_gemv ? &ra : nullptr);
+    else
+      proj(xn.as<std::uint16_t>(), h, L.wqkv, L.wqkv_q, qkv.data(), qkv_dim(), kc::gemm_out::bf16, false, m, qkv_dim(),
+           h);
     if (!rope_in_gemv) kc::rope_append(ra, st.get());
     if (store_entries > 0) spec_store(l);  // SpeCache: the new rows to the host store
     if (prefill_slot >= 0) {

@@ -315,7 +315,7 @@ void cuda_model::make_draft(std::int64_t group, kc::int4_layout layout, bool lm_
   // waits for this layer's quantize).
   const std::int64_t hd = c.head_dim, qkv_rows = c.q_dim() + 2 * c.kv_dim();
   const std::int64_t pair_rows = c.q_dim() + c.kv_dim();
-  const bool pairs = layout == kc::int4_layout::tiles && hd % 16 == 0 && hd > 0 && c.q_dim() == c.num_attention_heads * hd;
+  const bool pairs = layout == kc::int4_layout::tiles && hd > 0 && hd % 16 == 0;
   buffer paired;
   if (pairs) paired = buffer(*m.alloc, std::size_t(qkv_rows * h) * 2);
   auto pair_order = [&](const std::uint16_t* w) {

@@ -31,6 +31,16 @@ __device__ __forceinline__ void stash_parts(int4_parts& part_s, const float (&ac
   __syncthreads();
 }
 
+// Row r, column i of the partials summed over warps w0 .. w0 + count - 1 in
+// order: every writer's sum, so that the paths agree bit for bit.
+__device__ __forceinline__ float sum_parts(const int4_parts& part_s, int r, int i, int w0 = 0,
+                                           int count = int4_block_warps) {
+  float v = 0.f;
+#pragma unroll
+  for (int w = 0; w < count; ++w) v += part_s[w0 + w][r][i];
+  return v;
+}
+
 template <bool OutF32>
 __device__ __forceinline__ void mma_write_rows(int4_parts& part_s, const float (&acc)[4], int warp,
                                                int g, int t, std::int64_t row0, void* __restrict__ y,
@@ -38,9 +48,7 @@ __device__ __forceinline__ void mma_write_rows(int4_parts& part_s, const float (
   stash_parts(part_s, acc, warp, g, t);
   if (threadIdx.x < 128) {
     const int r = threadIdx.x >> 3, i = threadIdx.x & 7;
-    float v = 0.f;
-#pragma unroll
-    for (int w = 0; w < int4_block_warps; ++w) v += part_s[w][r][i];
+    const float v = sum_parts(part_s, r, i);
     const std::int64_t row = row0 + r;
     if (i < m && row < n) {
       if constexpr (OutF32) {
@@ -63,12 +71,8 @@ __device__ __forceinline__ void swiglu_write_rows(int4_parts& part_s, const floa
   stash_parts(part_s, acc, warp, g, t);
   if (threadIdx.x < 128) {
     const int r = threadIdx.x >> 3, i = threadIdx.x & 7;
-    float gv = 0.f, uv = 0.f;
-#pragma unroll
-    for (int w = 0; w < int4_block_warps / 2; ++w) {
-      gv += part_s[w][r][i];
-      uv += part_s[w + int4_block_warps / 2][r][i];
-    }
+    constexpr int half = int4_block_warps / 2;
+    const float gv = sum_parts(part_s, r, i, 0, half), uv = sum_parts(part_s, r, i, half, half);
     const std::int64_t row = row0 + r;
     if (i < m && row < inter) {
       const float gb = __bfloat162float(__float2bfloat16(gv)), ub = __bfloat162float(__float2bfloat16(uv));
@@ -100,23 +104,21 @@ __device__ __forceinline__ void pair_write_rows(int4_parts& part_s, const float 
   stash_parts(part_s, acc, warp, g, t);
   if (threadIdx.x >= 128) return;
   const int r = threadIdx.x >> 3, i = threadIdx.x & 7;
-  if (i >= m) return;
-  const auto sum_row = [&](int rr) {
-    float v = 0.f;
-#pragma unroll
-    for (int w = 0; w < int4_block_warps; ++w) v += part_s[w][rr][i];
-    return __float2bfloat16(v);
-  };
+  const bool q_or_k = row0 < pr.rows;
+  if (i >= m || (q_or_k && r >= 8)) return;  // rows r + 8 of a pair tile are written with row r
+  const auto sum_row = [&](int rr) { return __float2bfloat16(sum_parts(part_s, rr, i)); };
   const rope_append_args& ra = pr.r;
   const int hd = pr.head_dim, half = hd / 2;
   bf16* yr = y + i * ldy;
-  std::int64_t cache_row = 0;  // (slot, row) of this x row's token in a KV head's cache: add kh * capacity
+  // This x row's token: its position, and its row in KV head 0's cache (add kh * capacity).
+  std::int32_t pos = 0;
+  std::int64_t cache_row = 0;
   if (pr.rope) {
-    const std::int32_t pos = ra.positions[i], slot = ra.slots[i];
+    pos = ra.positions[i];
     const std::int64_t crow = ra.ring > 0 ? std::int64_t(pos) % ra.ring : std::int64_t(pos);
-    cache_row = std::int64_t(slot) * ra.n_kv_heads * ra.capacity + crow;
+    cache_row = std::int64_t(ra.slots[i]) * ra.n_kv_heads * ra.capacity + crow;
   }
-  if (row0 >= pr.rows) {  // v: natural order
+  if (!q_or_k) {  // v: natural order
     const std::int64_t row = row0 + r;
     if (row >= n) return;
     const bf16 v = sum_row(r);
@@ -127,7 +129,6 @@ __device__ __forceinline__ void pair_write_rows(int4_parts& part_s, const float 
     }
     return;
   }
-  if (r >= 8) return;
   const std::int64_t head = row0 / hd;
   const int d = int(row0 - head * hd) / 2 + r;  // 8 j + r, tile j of the head
   const std::int64_t nat = head * hd + d;
@@ -138,7 +139,7 @@ __device__ __forceinline__ void pair_write_rows(int4_parts& part_s, const float 
   }
   if (!pr.rope) return;
   bf16 r0, r1;
-  detail::rope_rotate(__bfloat162float(b0), __bfloat162float(b1), ra.positions[i], __ldg(ra.inv_freq + d), r0, r1);
+  detail::rope_rotate(__bfloat162float(b0), __bfloat162float(b1), pos, __ldg(ra.inv_freq + d), r0, r1);
   if (head < ra.n_heads) {
     yr[nat] = r0;
     yr[nat + half] = r1;
