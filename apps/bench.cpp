@@ -226,8 +226,8 @@ int bench_main(int argc, char** argv) {
     ("no-fuse-swiglu", "decode: the plain gate/up GEMV, then a SwiGLU kernel")
     ("fuse-norm", "quantspec (cuda): the draft's qkv and gate/up 4-bit GEMVs normalize their input (the default)")
     ("no-fuse-norm", "quantspec (cuda): an RMSNorm kernel before the draft's qkv and gate/up GEMVs")
-    ("fuse-rope", "quantspec (cuda): the draft's qkv 4-bit GEMV applies RoPE and appends to the cache (the default)")
-    ("no-fuse-rope", "quantspec (cuda): the RoPE-and-append kernel after the draft's qkv GEMV")
+    ("fuse-rope", "quantspec (cuda): the draft's qkv 4-bit GEMV applies RoPE and appends to the cache")
+    ("no-fuse-rope", "quantspec (cuda): the RoPE-and-append kernel after the draft's qkv GEMV (the default)")
     ("ksplit", "decode GEMVs may split k across the warps of a block (v2; the default)")
     ("no-ksplit", "decode GEMVs keep one warp per row pair over the whole of k (v1)")
     ("gemv-unroll", po::value<int>(), "decode GEMV loads per row in flight per lane: 2 (v1, the default) or 4 (v2)");

@@ -71,6 +71,7 @@ TEST_F(cuda_draft_tiles_test, the_tiled_draft_gives_the_row_drafts_logits) {
     o.int4_gemv_version = 2;
     cuda_forward fr(rows, o);
     o.int4_gemv_version = 7;
+    o.fuse_rope = true;
     cuda_forward ft(tiles, o);
     // The tiled qkv weight is in RoPE pair order; without fuse_rope the
     // GEMV writes it in natural order and the RoPE kernel runs: the same bits.
